@@ -1,0 +1,170 @@
+// The badgebench command line. Thin: it parses arguments and calls the server modules.
+// Every admin command takes --data and --json; with --json it prints exactly one JSON object.
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import yargs, { type Argv } from "yargs";
+import { hideBin } from "yargs/helpers";
+import { ApiError } from "../server/errors.ts";
+import { resolveDataDir, startServer } from "../server/main.ts";
+import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
+import { importSchool, SchoolImportError } from "../server/services/school-import.ts";
+import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
+import { openStore, type Store } from "../server/store/database.ts";
+import { countStudents } from "../server/store/school-store.ts";
+
+const DEMO_SCHOOL = fileURLToPath(new URL("../fixtures/demo-school.json", import.meta.url));
+
+interface AdminArgs {
+  data?: string;
+  json: boolean;
+}
+
+/** Errors a user can fix; printed as a message, never as a stack trace. */
+const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError];
+
+function print(args: AdminArgs, json: unknown, text: string) {
+  process.stdout.write(args.json ? `${JSON.stringify(json)}\n` : `${text}\n`);
+}
+
+async function withStore<T>(args: AdminArgs, run: (store: Store) => Promise<T>): Promise<void> {
+  const store = await openStore({ dataDir: resolveDataDir(args.data) });
+  try {
+    await run(store);
+  } catch (error) {
+    if (!USER_ERRORS.some((kind) => error instanceof kind)) throw error;
+    const code = error instanceof ApiError ? error.code : "invalid_request";
+    const message = (error as Error).message;
+    if (args.json) process.stdout.write(`${JSON.stringify({ error: { code, message } })}\n`);
+    else process.stderr.write(`badgebench: ${message}\n`);
+    process.exitCode = 1;
+  } finally {
+    await store.close();
+  }
+}
+
+const adminOptions = (y: Argv) =>
+  y
+    .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
+    .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" });
+
+async function loadDemo(store: Store, log: (message: string) => void) {
+  if ((await countStudents(store.db, 0)) > 0) return;
+  const school = JSON.parse(fs.readFileSync(DEMO_SCHOOL, "utf8")) as unknown;
+  const summary = await importSchool(store.db, school, { mode: "test", source: DEMO_SCHOOL });
+  const key = await createApiKey(store.db, { mode: "test", scopes: Object.keys(SCOPES), name: "demo" });
+  log(
+    `loaded the demo school into test mode: ${summary.students} students, ${summary.courses} courses, ${summary.sessions_added} sessions this week\n` +
+      `demo API key (test mode, every scope; shown once): ${key.secret}`,
+  );
+}
+
+export function buildCli(argv: string[]) {
+  return yargs(argv)
+    .scriptName("badgebench")
+    .strict()
+    .demandCommand(1, "name a command")
+    .command(
+      "serve",
+      "start the server",
+      (y) =>
+        y
+          .option("port", { type: "number", default: Number(process.env.PORT ?? 3000), describe: "port (0 picks a free one)" })
+          .option("host", { type: "string", default: process.env.HOST ?? "127.0.0.1" })
+          .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
+          .option("demo", { type: "boolean", default: false, describe: "load the demo school into an empty data directory" })
+          .option("sync", { choices: ["full", "normal"] as const, default: (process.env.BADGEBENCH_SQLITE_SYNC ?? "full") as "full" | "normal" }),
+      async (args) => {
+        const server = await startServer({
+          dataDir: resolveDataDir(args.data),
+          port: args.port,
+          host: args.host,
+          sync: args.sync,
+          prepare: args.demo ? (store) => loadDemo(store, (m) => process.stderr.write(`${m}\n`)) : undefined,
+        });
+        process.stdout.write(`listening on ${server.url}\n`);
+        const stop = () => {
+          server.close().then(() => process.exit(0), () => process.exit(1));
+        };
+        process.once("SIGINT", stop);
+        process.once("SIGTERM", stop);
+      },
+    )
+    .command("keys", "manage API keys", (y) =>
+      y
+        .demandCommand(1, "name a keys command")
+        .command(
+          "create",
+          "create an API key (the secret is shown once)",
+          (k) =>
+            adminOptions(k)
+              .option("mode", { choices: ["test", "live"] as const, demandOption: true })
+              .option("scope", { type: "string", array: true, demandOption: true, describe: `one of ${Object.keys(SCOPES).join(", ")}` })
+              .option("name", { type: "string" })
+              .option("user", { type: "string", describe: "the person corrections made with this key are attributed to", default: "Administrator" }),
+          (args) =>
+            withStore(args, async (store) => {
+              const key = await createApiKey(store.db, { mode: args.mode, scopes: args.scope, name: args.name, user: args.user });
+              print(args, key, `${key.id}\n${key.secret}\n(the secret is shown once; store it now)`);
+            }),
+        )
+        .command("list", "list API keys", adminOptions, (args) =>
+          withStore(args, async (store) => {
+            const keys = await listApiKeys(store.db);
+            const lines = keys.map((k) => `${k.id}  ${k.mode}  ${k.secret_hint}  ${k.scopes.join(",")}  ${k.name}${k.revoked_at ? "  REVOKED" : ""}`);
+            print(args, { object: "list", data: keys }, lines.join("\n") || "no API keys");
+          }),
+        )
+        .command(
+          "revoke <id>",
+          "revoke an API key",
+          (k) => adminOptions(k).positional("id", { type: "string", demandOption: true }),
+          (args) =>
+            withStore(args, async (store) => {
+              const key = await revokeApiKey(store.db, args.id);
+              print(args, key, `revoked ${key.id}`);
+            }),
+        ),
+    )
+    .command(
+      "import <file>",
+      "import a school (rooms, students, courses, enrollments, sessions, timetable)",
+      (y) =>
+        adminOptions(y)
+          .positional("file", { type: "string", demandOption: true })
+          .option("mode", { choices: ["test", "live"] as const, default: "test" as const })
+          .option("week", { type: "string", describe: "a date in the week the timetable expands into (default: this week)" }),
+      (args) =>
+        withStore(args, async (store) => {
+          const file = path.resolve(args.file);
+          let school: unknown;
+          try {
+            school = JSON.parse(fs.readFileSync(file, "utf8"));
+          } catch (error) {
+            throw new SchoolImportError(`${file}: cannot read JSON: ${(error as Error).message}`);
+          }
+          const summary = await importSchool(store.db, school, { mode: args.mode, week: args.week, source: file });
+          print(
+            args,
+            summary,
+            `imported into ${summary.mode} mode: ${summary.rooms} rooms, ${summary.students} students, ${summary.courses} courses, ${summary.enrollments} enrollments, ${summary.sessions_added} new sessions`,
+          );
+        }),
+    )
+    .command(
+      "sessions <action> <id>",
+      "open, close or cancel a session",
+      (y) =>
+        adminOptions(y)
+          .positional("action", { choices: Object.keys(SESSION_ACTIONS) as SessionAction[], demandOption: true })
+          .positional("id", { type: "string", demandOption: true }),
+      (args) =>
+        withStore(args, async (store) => {
+          const session = await store.db.transaction().execute((trx) => transitionSession(trx, args.id, args.action));
+          print(args, session, `${session.id} is now ${session.status}`);
+        }),
+    )
+    .help();
+}
+
+await buildCli(hideBin(process.argv)).parseAsync();

@@ -1,0 +1,47 @@
+// createApp wires the HTTP surface from its dependencies and never listens; the composition
+// root (server/main.ts) opens the store and starts listening.
+import { randomBytes } from "node:crypto";
+import express from "express";
+import type { Logger } from "pino";
+import { CursorCodec } from "./cursor.ts";
+import { bearerAuth } from "./http/auth-middleware.ts";
+import { errorMiddleware, notFoundRoute } from "./http/error-middleware.ts";
+import { attendanceRoutes } from "./routes/attendance-routes.ts";
+import { sessionsRoutes } from "./routes/sessions-routes.ts";
+import { IdempotencyGate } from "./services/idempotency.ts";
+import type { Store } from "./store/database.ts";
+import { getOrCreateSetting } from "./store/settings-store.ts";
+
+export const MAX_BODY_BYTES = 64 * 1024;
+
+export interface AppDeps {
+  store: Store;
+  logger: Logger;
+}
+
+export interface App {
+  handler: express.Express;
+  gate: IdempotencyGate;
+}
+
+export async function createApp({ store, logger }: AppDeps): Promise<App> {
+  const cursorSecret = await getOrCreateSetting(store.db, "cursor_secret", () => randomBytes(32).toString("hex"));
+  const codec = new CursorCodec(Buffer.from(cursorSecret, "hex"));
+  const gate = new IdempotencyGate(store.db);
+  const deps = { db: store.db, codec, gate };
+
+  const app = express();
+  app.disable("x-powered-by");
+  app.set("etag", false);
+
+  const v1 = express.Router();
+  v1.use(bearerAuth(store.db));
+  v1.use(express.json({ limit: MAX_BODY_BYTES }));
+  v1.use(attendanceRoutes(deps));
+  v1.use(sessionsRoutes(deps));
+  app.use("/v1", v1);
+
+  app.use(notFoundRoute);
+  app.use(errorMiddleware(logger));
+  return { handler: app, gate };
+}

@@ -1,0 +1,49 @@
+// The one error type handlers throw, and the one JSON shape every /v1 error takes:
+// {"error": {"type", "code", "message", "param"}} (Stripe-like).
+export type ErrorType =
+  | "invalid_request_error"
+  | "authentication_error"
+  | "permission_error"
+  | "idempotency_error"
+  | "api_error";
+
+export interface ErrorBody {
+  error: { type: ErrorType; code: string; message: string; param: string | null };
+}
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly type: ErrorType;
+  readonly code: string;
+  readonly param: string | null;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    status: number,
+    type: ErrorType,
+    code: string,
+    message: string,
+    options: { param?: string; headers?: Record<string, string>; cause?: unknown } = {},
+  ) {
+    super(message, { cause: options.cause });
+    this.name = "ApiError";
+    this.status = status;
+    this.type = type;
+    this.code = code;
+    this.param = options.param ?? null;
+    this.headers = options.headers ?? {};
+  }
+
+  toBody(): ErrorBody {
+    return { error: { type: this.type, code: this.code, message: this.message, param: this.param } };
+  }
+}
+
+export const invalidParam = (param: string, message: string, code = "parameter_invalid") =>
+  new ApiError(400, "invalid_request_error", code, message, { param });
+
+export const notFound = (what: string, id: string, param?: string) =>
+  new ApiError(404, "invalid_request_error", "resource_missing", `No such ${what}: '${id}'.`, { param });
+
+export const conflict = (code: string, message: string, param?: string) =>
+  new ApiError(409, "invalid_request_error", code, message, { param });

@@ -1,0 +1,49 @@
+// Bearer-token authentication for /v1. No cookies and no unauthenticated route: every request
+// either carries a valid key or gets 401; a key without the route's scope gets 403.
+import type { NextFunction, Request, Response } from "express";
+import type { Kysely } from "kysely";
+import { ApiError } from "../errors.ts";
+import { authenticate, type Principal, type Scope } from "../services/api-keys.ts";
+import type { Database } from "../store/schema.ts";
+
+declare module "express-serve-static-core" {
+  interface Request {
+    principal?: Principal;
+  }
+}
+
+const unauthenticated = (code: string, message: string) =>
+  new ApiError(401, "authentication_error", code, message, {
+    headers: { "WWW-Authenticate": 'Bearer realm="badgebench"' },
+  });
+
+export function bearerAuth(db: Kysely<Database>) {
+  return async (req: Request, _res: Response, next: NextFunction) => {
+    const header = req.get("authorization");
+    if (!header) {
+      throw unauthenticated("api_key_missing", "No API key provided. Send 'Authorization: Bearer <API_KEY>'.");
+    }
+    const match = /^Bearer ([^\s]+)$/i.exec(header.trim());
+    if (!match) {
+      throw unauthenticated("api_key_invalid", "Malformed Authorization header. Expected 'Bearer <API_KEY>'.");
+    }
+    const principal = await authenticate(db, match[1]!);
+    if (!principal) throw unauthenticated("api_key_invalid", "Invalid or revoked API key.");
+    req.principal = principal;
+    next();
+  };
+}
+
+export function principalOf(req: Request): Principal {
+  if (!req.principal) throw new Error("route mounted without bearerAuth");
+  return req.principal;
+}
+
+export function requireScope(scope: Scope) {
+  return (req: Request, _res: Response, next: NextFunction) => {
+    if (!principalOf(req).scopes.has(scope)) {
+      throw new ApiError(403, "permission_error", "scope_missing", `This API key lacks the '${scope}' scope.`);
+    }
+    next();
+  };
+}

@@ -1,0 +1,72 @@
+// The composition root: opens the store in the data directory, builds the app, listens.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import path from "node:path";
+import { pino, type Logger } from "pino";
+import { createApp } from "./app.ts";
+import { openStore, type Store, type SyncMode } from "./store/database.ts";
+
+export interface ServerOptions {
+  dataDir: string;
+  port: number;
+  host: string;
+  sync?: SyncMode;
+  logger?: Logger;
+  /** Runs on the opened store before the server accepts requests (the demo loader uses it). */
+  prepare?: (store: Store, logger: Logger) => Promise<void>;
+}
+
+export interface RunningServer {
+  url: string;
+  store: Store;
+  close(): Promise<void>;
+}
+
+const PURGE_INTERVAL_MS = 60 * 60 * 1000;
+
+/** The data directory: the flag, else BADGEBENCH_DATA, else ./var. */
+export function resolveDataDir(flag: string | undefined, env = process.env): string {
+  return path.resolve(flag ?? env.BADGEBENCH_DATA ?? "var");
+}
+
+export function createLogger(env = process.env): Logger {
+  return pino({ level: env.LOG_LEVEL ?? "info" }, pino.destination(2));
+}
+
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  const logger = options.logger ?? createLogger();
+  const store = await openStore({ dataDir: options.dataDir, sync: options.sync });
+  await options.prepare?.(store, logger);
+  const { handler, gate } = await createApp({ store, logger });
+  await gate.purgeExpired();
+  const purge = setInterval(() => {
+    gate.purgeExpired().catch((err: unknown) => logger.error({ err }, "idempotency key purge failed"));
+  }, PURGE_INTERVAL_MS);
+  purge.unref();
+
+  const server = http.createServer(handler);
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const { port } = server.address() as AddressInfo;
+  const host = options.host.includes(":") ? `[${options.host}]` : options.host;
+  const url = `http://${host}:${port}`;
+  logger.info({ url, dataDir: options.dataDir }, "listening");
+
+  return {
+    url,
+    store,
+    async close() {
+      clearInterval(purge);
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+      });
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,71 @@
+import { Router } from "express";
+import type { Kysely } from "kysely";
+import { z } from "zod";
+import type { CursorCodec } from "../cursor.ts";
+import { principalOf, requireScope } from "../http/auth-middleware.ts";
+import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
+import { idParam, isoDate, limitParam, parseInput, pathId, RECORD_STATUSES } from "../http/validation.ts";
+import * as attendance from "../services/attendance.ts";
+import type { IdempotencyGate } from "../services/idempotency.ts";
+import type { Database } from "../store/schema.ts";
+
+const text = z.string().min(1, "must not be empty").max(100, "must be at most 100 characters");
+
+const listQuery = z.strictObject({
+  from: isoDate.optional(),
+  to: isoDate.optional(),
+  course_code: text.optional(),
+  session_id: idParam("ses").optional(),
+  student_id: idParam("stu").optional(),
+  external_id: text.optional(),
+  status: z.enum(RECORD_STATUSES).optional(),
+  limit: limitParam,
+  cursor: z.string().min(1).max(2000).optional(),
+});
+
+const createBody = z
+  .strictObject({
+    session_id: idParam("ses"),
+    external_id: text.optional(),
+    student_id: idParam("stu").optional(),
+    status: z.enum(RECORD_STATUSES),
+    reason: z.string().max(500, "must be at most 500 characters").optional(),
+  })
+  .refine((body) => (body.external_id === undefined) !== (body.student_id === undefined), {
+    path: ["external_id"],
+    message: "give exactly one of external_id or student_id",
+  });
+
+const correctBody = z.strictObject({
+  status: z.enum(RECORD_STATUSES),
+  reason: z.string().trim().min(1, "must not be empty: every correction needs a reason").max(500, "must be at most 500 characters"),
+});
+
+export function attendanceRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; gate: IdempotencyGate }): Router {
+  const router = Router();
+
+  router.get("/attendance", requireScope("attendance:read"), async (req, res) => {
+    const query = parseInput(listQuery, req.query, "query");
+    res.json(await attendance.listRecords(deps.db, deps.codec, principalOf(req).livemode, query));
+  });
+
+  router.get("/attendance/:id", requireScope("attendance:read"), async (req, res) => {
+    res.json(await attendance.getRecord(deps.db, principalOf(req).livemode, pathId(req.params)));
+  });
+
+  router.post("/attendance", requireScope("attendance:write"), async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    const body = parseInput(createBody, req.body, "body");
+    await sendIdempotent(req, res, deps.gate, key, (trx) => attendance.createRecord(trx, principalOf(req), body));
+  });
+
+  router.patch("/attendance/:id", requireScope("attendance:write"), async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    const body = parseInput(correctBody, req.body, "body");
+    await sendIdempotent(req, res, deps.gate, key, (trx) =>
+      attendance.correctRecord(trx, principalOf(req), pathId(req.params), body),
+    );
+  });
+
+  return router;
+}

@@ -1,0 +1,127 @@
+// API keys: `sk_test_...` / `sk_live_...`, shown once at creation and stored as a SHA-256 hash.
+// A key's first characters are a non-secret lookup handle; the rest is compared in constant
+// time against the stored hash, so verification time says nothing about the secret.
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { newId } from "../ids.ts";
+import * as keysStore from "../store/api-keys-store.ts";
+import type { Kysely } from "kysely";
+import type { Database, Livemode } from "../store/schema.ts";
+
+export type Mode = "test" | "live";
+
+/** Every scope a key can carry, and what it grants. `*:write` includes the matching read. */
+export const SCOPES = {
+  "attendance:read": "list and retrieve records, sessions and rolls",
+  "attendance:write": "create and correct records (includes attendance:read)",
+  "sessions:write": "open, close and cancel sessions (includes attendance:read)",
+} as const;
+
+export type Scope = keyof typeof SCOPES;
+
+const IMPLIED: Partial<Record<Scope, Scope[]>> = {
+  "attendance:write": ["attendance:read"],
+  "sessions:write": ["attendance:read"],
+};
+
+export function isScope(value: string): value is Scope {
+  return Object.hasOwn(SCOPES, value);
+}
+
+export interface Principal {
+  keyId: string;
+  livemode: Livemode;
+  scopes: ReadonlySet<Scope>;
+  user: { id: string; name: string };
+}
+
+export interface ApiKeyView {
+  id: string;
+  object: "api_key";
+  name: string;
+  mode: Mode;
+  livemode: boolean;
+  scopes: Scope[];
+  user: { id: string; name: string };
+  secret_hint: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+const LOOKUP_LENGTH = 8;
+const hashSecret = (secret: string) => createHash("sha256").update(secret).digest();
+
+function toView(row: keysStore.ApiKeyRow): ApiKeyView {
+  return {
+    id: row.id,
+    object: "api_key",
+    name: row.name,
+    mode: row.livemode ? "live" : "test",
+    livemode: row.livemode === 1,
+    scopes: JSON.parse(row.scopes) as Scope[],
+    user: { id: row.user_id, name: row.user_name },
+    secret_hint: row.secret_hint,
+    created_at: row.created_at,
+    revoked_at: row.revoked_at,
+  };
+}
+
+export class ApiKeyError extends Error {
+  override name = "ApiKeyError";
+}
+
+export async function createApiKey(
+  db: Kysely<Database>,
+  input: { mode: Mode; scopes: string[]; name?: string; user?: string },
+): Promise<ApiKeyView & { secret: string }> {
+  const unknown = input.scopes.filter((s) => !isScope(s));
+  if (unknown.length > 0) {
+    throw new ApiKeyError(`unknown scope ${unknown.join(", ")}; known scopes: ${Object.keys(SCOPES).join(", ")}`);
+  }
+  if (input.scopes.length === 0) throw new ApiKeyError("a key needs at least one --scope");
+  const now = new Date().toISOString();
+  const body = randomBytes(24).toString("base64url");
+  const secret = `sk_${input.mode}_${body}`;
+  const id = newId("key");
+  return db.transaction().execute(async (trx) => {
+    const user = await keysStore.findOrCreateUser(trx, input.user ?? "Administrator", () => newId("usr"), now);
+    const row = {
+      id,
+      livemode: (input.mode === "live" ? 1 : 0) as Livemode,
+      name: input.name ?? id,
+      lookup: secret.slice(0, `sk_${input.mode}_`.length + LOOKUP_LENGTH),
+      secret_hash: hashSecret(secret).toString("hex"),
+      secret_hint: `${secret.slice(0, 8)}...${secret.slice(-4)}`,
+      scopes: JSON.stringify([...new Set(input.scopes)]),
+      user_id: user.id,
+      created_at: now,
+      revoked_at: null,
+    };
+    await keysStore.insertApiKey(trx, row);
+    return { ...toView({ ...row, user_name: user.name }), secret };
+  });
+}
+
+export async function listApiKeys(db: Kysely<Database>): Promise<ApiKeyView[]> {
+  return (await keysStore.listApiKeys(db)).map(toView);
+}
+
+export async function revokeApiKey(db: Kysely<Database>, id: string): Promise<ApiKeyView> {
+  const row = await keysStore.revokeApiKey(db, id, new Date().toISOString());
+  if (!row) throw new ApiKeyError(`no API key with id ${id}`);
+  return toView(row);
+}
+
+/** The principal a bearer token stands for, or undefined for an unknown or revoked key. */
+export async function authenticate(db: Kysely<Database>, token: string): Promise<Principal | undefined> {
+  const match = /^sk_(test|live)_/.exec(token);
+  if (!match) return undefined;
+  const row = await keysStore.findApiKeyByLookup(db, token.slice(0, match[0].length + LOOKUP_LENGTH));
+  if (!row || row.revoked_at !== null) return undefined;
+  if (!timingSafeEqual(hashSecret(token), Buffer.from(row.secret_hash, "hex"))) return undefined;
+  const scopes = new Set<Scope>();
+  for (const scope of JSON.parse(row.scopes) as Scope[]) {
+    scopes.add(scope);
+    for (const implied of IMPLIED[scope] ?? []) scopes.add(implied);
+  }
+  return { keyId: row.id, livemode: row.livemode, scopes, user: { id: row.user_id, name: row.user_name } };
+}

@@ -1,0 +1,267 @@
+// Attendance records: the list, the single read with its permanent history, API creates and
+// corrections. Rules (documented in server/README.md):
+// - one record per student per session; an API create where a record exists is a 409 that
+//   names the existing record, to be corrected with PATCH instead;
+// - a create needs the student to be enrolled in the session's course and the session not to
+//   be cancelled;
+// - a correction needs a non-empty reason and a status different from the current one; it
+//   appends a history entry in the same transaction, and history is never edited or removed;
+// - every create and correction writes its event to the outbox in the same transaction.
+import type { Kysely, Transaction } from "kysely";
+import { conflict, invalidParam, notFound } from "../errors.ts";
+import { CursorCodec, filterFingerprint, toPage, type ListEnvelope } from "../cursor.ts";
+import { newId } from "../ids.ts";
+import type { RecordStatus } from "../http/validation.ts";
+import * as store from "../store/attendance-store.ts";
+import { findSession } from "../store/sessions-store.ts";
+import type { Database, Livemode } from "../store/schema.ts";
+import type { Principal } from "./api-keys.ts";
+import type { StoredResponse } from "./idempotency.ts";
+
+export interface Actor {
+  type: "user" | "device";
+  id: string;
+  name: string;
+}
+
+export interface RecordListItem {
+  id: string;
+  object: "attendance_record";
+  livemode: boolean;
+  status: string;
+  recorded_at: string;
+  method: string;
+  student: { id: string; external_id: string };
+  session: { id: string; course_code: string };
+}
+
+export interface RecordDetail extends RecordListItem {
+  student: { id: string; external_id: string; name: string };
+  session: { id: string; course_code: string; room: string };
+  device: { id: string; model: string } | null;
+  reason: string | null;
+  created_at: string;
+  updated_at: string;
+  history: { at: string; from: string; to: string; reason: string; actor: Actor }[];
+}
+
+function toListItem(row: store.RecordListRow): RecordListItem {
+  return {
+    id: row.id,
+    object: "attendance_record",
+    livemode: row.livemode === 1,
+    status: row.status,
+    recorded_at: row.recorded_at,
+    method: row.method,
+    student: { id: row.student_id, external_id: row.student_external_id },
+    session: { id: row.session_id, course_code: row.course_code },
+  };
+}
+
+function toDetail(row: store.RecordDetailRow): RecordDetail {
+  return {
+    id: row.id,
+    object: "attendance_record",
+    livemode: row.livemode === 1,
+    status: row.status,
+    recorded_at: row.recorded_at,
+    method: row.method,
+    student: { id: row.student_id, external_id: row.student_external_id, name: row.student_name },
+    session: { id: row.session_id, course_code: row.course_code, room: row.session_room },
+    device: row.device_id && row.device_model ? { id: row.device_id, model: row.device_model } : null,
+    reason: row.reason,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+    history: row.history.map((h) => ({
+      at: h.at,
+      from: h.from_status,
+      to: h.to_status,
+      reason: h.reason,
+      actor: { type: h.actor_type as Actor["type"], id: h.actor_id, name: h.actor_name },
+    })),
+  };
+}
+
+export async function getRecord(db: Kysely<Database> | Transaction<Database>, livemode: Livemode, id: string) {
+  const row = await store.findRecordDetail(db, livemode, id);
+  if (!row) throw notFound("attendance record", id);
+  return toDetail(row);
+}
+
+export interface RecordQuery {
+  from?: string;
+  to?: string;
+  course_code?: string;
+  session_id?: string;
+  student_id?: string;
+  external_id?: string;
+  status?: RecordStatus;
+  limit: number;
+  cursor?: string;
+}
+
+const DAY_MS = 86_400_000;
+const dayOffset = (date: string, days: number) =>
+  new Date(Date.parse(`${date}T00:00:00Z`) + days * DAY_MS).toISOString().slice(0, 10);
+
+/** The date window of a list: both ends inclusive; without them, the last 7 days ending today (UTC). */
+function resolveWindow(query: RecordQuery, today: string): { from: string; to: string } {
+  const to = query.to ?? (query.from && query.from > today ? query.from : today);
+  const from = query.from ?? dayOffset(to, -6);
+  if (from > to) throw invalidParam("from", `from (${from}) is after to (${to}).`);
+  return { from, to };
+}
+
+export async function listRecords(
+  db: Kysely<Database>,
+  codec: CursorCodec,
+  livemode: Livemode,
+  query: RecordQuery,
+  today = new Date().toISOString().slice(0, 10),
+): Promise<ListEnvelope<RecordListItem>> {
+  const { limit, cursor, ...filterParams } = query;
+  const filters = filterFingerprint(filterParams);
+  const position = cursor === undefined ? undefined : codec.decode(cursor, filters);
+  const window = position?.pinned
+    ? { from: position.pinned.from!, to: position.pinned.to! }
+    : resolveWindow(query, today);
+  let studentId = query.student_id;
+  if (query.external_id !== undefined) {
+    const student = await store.findStudent(db, livemode, { external_id: query.external_id, id: query.student_id });
+    if (!student) return { object: "list", has_more: false, next_cursor: null, data: [] };
+    studentId = student.id;
+  }
+  const rows = await store.listRecords(db, {
+    livemode,
+    since: `${window.from}T00:00:00.000Z`,
+    until: `${dayOffset(window.to, 1)}T00:00:00.000Z`,
+    course_code: query.course_code,
+    session_id: query.session_id,
+    student_id: studentId,
+    status: query.status,
+    after: position?.after,
+    limit: limit + 1,
+  });
+  return toPage(rows, limit, {
+    codec,
+    filters,
+    pinned: window,
+    keyOf: (row) => [row.recorded_at, row.id],
+    view: toListItem,
+  });
+}
+
+export interface CreateRecordInput {
+  session_id: string;
+  external_id?: string;
+  student_id?: string;
+  status: RecordStatus;
+  reason?: string;
+}
+
+export function actorOf(principal: Principal): Actor {
+  return { type: "user", id: principal.user.id, name: principal.user.name };
+}
+
+async function writeEvent(
+  trx: Transaction<Database>,
+  livemode: Livemode,
+  type: string,
+  data: Record<string, unknown>,
+  now: Date,
+): Promise<void> {
+  const id = newId("evt", now.getTime());
+  const event = { id, object: "event", type, created: Math.floor(now.getTime() / 1000), livemode: livemode === 1, data };
+  await store.insertEvent(trx, { id, livemode, type, created_at: now.toISOString(), payload: JSON.stringify(event) });
+}
+
+export async function createRecord(
+  trx: Transaction<Database>,
+  principal: Principal,
+  input: CreateRecordInput,
+): Promise<StoredResponse> {
+  const { livemode } = principal;
+  const session = await findSession(trx, input.session_id, livemode);
+  if (!session) throw notFound("session", input.session_id, "session_id");
+  if (session.status === "cancelled") {
+    throw conflict("session_cancelled", `Session ${session.id} is cancelled; it takes no attendance.`, "session_id");
+  }
+  const studentParam = input.external_id !== undefined ? "external_id" : "student_id";
+  const student = await store.findStudent(trx, livemode, { id: input.student_id, external_id: input.external_id });
+  if (!student) throw notFound("student", (input.external_id ?? input.student_id)!, studentParam);
+  if (!(await store.isEnrolled(trx, livemode, session.course_code, student.id))) {
+    throw invalidParam(
+      studentParam,
+      `Student ${student.external_id} is not enrolled in ${session.course_code}, the course of session ${session.id}.`,
+      "student_not_enrolled",
+    );
+  }
+  const existing = await store.findRecordFor(trx, session.id, student.id);
+  if (existing) {
+    throw conflict(
+      "record_exists",
+      `Student ${student.external_id} already has a record in session ${session.id}: ${existing.id} (${existing.status}). Correct it with PATCH /v1/attendance/${existing.id}.`,
+    );
+  }
+  const now = new Date();
+  const id = newId("att", now.getTime());
+  await store.insertRecord(trx, {
+    id,
+    livemode,
+    session_id: session.id,
+    student_id: student.id,
+    course_code: session.course_code,
+    status: input.status,
+    recorded_at: now.toISOString(),
+    method: "api",
+    device_id: null,
+    reason: input.reason ?? null,
+    created_at: now.toISOString(),
+    updated_at: now.toISOString(),
+  });
+  const record = await getRecord(trx, livemode, id);
+  await writeEvent(trx, livemode, "attendance.recorded", { object: record, actor: actorOf(principal) }, now);
+  return { status: 201, body: record };
+}
+
+export interface CorrectRecordInput {
+  status: RecordStatus;
+  reason: string;
+}
+
+export async function correctRecord(
+  trx: Transaction<Database>,
+  principal: Principal,
+  id: string,
+  input: CorrectRecordInput,
+): Promise<StoredResponse> {
+  const { livemode } = principal;
+  const current = await store.findRecord(trx, livemode, id);
+  if (!current) throw notFound("attendance record", id);
+  if (current.status === input.status) {
+    throw invalidParam("status", `Record ${id} is already ${input.status}; a correction must change the status.`, "status_unchanged");
+  }
+  const now = new Date();
+  const actor = actorOf(principal);
+  await store.updateRecordStatus(trx, id, input.status, now.toISOString());
+  await store.appendHistory(trx, {
+    id: newId("hst", now.getTime()),
+    record_id: id,
+    at: now.toISOString(),
+    from_status: current.status,
+    to_status: input.status,
+    reason: input.reason,
+    actor_type: actor.type,
+    actor_id: actor.id,
+    actor_name: actor.name,
+  });
+  const record = await getRecord(trx, livemode, id);
+  await writeEvent(
+    trx,
+    livemode,
+    "attendance.updated",
+    { object: record, previous_attributes: { status: current.status }, reason: input.reason, actor },
+    now,
+  );
+  return { status: 200, body: record };
+}

@@ -1,0 +1,38 @@
+import type { ApiKeysTable, Db } from "./schema.ts";
+
+export interface ApiKeyRow extends ApiKeysTable {
+  user_name: string;
+}
+
+export async function findOrCreateUser(db: Db, name: string, newUserId: () => string, now: string) {
+  const existing = await db.selectFrom("users").select(["id", "name"]).where("name", "=", name).executeTakeFirst();
+  if (existing) return existing;
+  const user = { id: newUserId(), name, created_at: now };
+  await db.insertInto("users").values(user).execute();
+  return { id: user.id, name: user.name };
+}
+
+export async function insertApiKey(db: Db, row: ApiKeysTable): Promise<void> {
+  await db.insertInto("api_keys").values(row).execute();
+}
+
+const withUser = (db: Db) =>
+  db
+    .selectFrom("api_keys")
+    .innerJoin("users", "users.id", "api_keys.user_id")
+    .selectAll("api_keys")
+    .select("users.name as user_name");
+
+export async function findApiKeyByLookup(db: Db, lookup: string): Promise<ApiKeyRow | undefined> {
+  return withUser(db).where("api_keys.lookup", "=", lookup).executeTakeFirst();
+}
+
+export async function listApiKeys(db: Db): Promise<ApiKeyRow[]> {
+  return withUser(db).orderBy("api_keys.created_at").orderBy("api_keys.id").execute();
+}
+
+export async function revokeApiKey(db: Db, id: string, now: string): Promise<ApiKeyRow | undefined> {
+  await db.updateTable("api_keys").set({ revoked_at: now }).where("id", "=", id).where("revoked_at", "is", null).execute();
+  return withUser(db).where("api_keys.id", "=", id).executeTakeFirst();
+}
+

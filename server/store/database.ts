@@ -1,0 +1,66 @@
+// Opens the store: SQLite through better-sqlite3 in WAL mode, behind Kysely so the same
+// queries can later run on PostgreSQL. Migrations are applied before the store is returned.
+import fs from "node:fs";
+import path from "node:path";
+import SQLite from "better-sqlite3";
+import { CompiledQuery, Kysely, SqliteDialect, SqliteDriver, type DatabaseConnection } from "kysely";
+import { migrateToLatest } from "./migrations.ts";
+import type { Database } from "./schema.ts";
+
+export type SyncMode = "full" | "normal";
+
+export interface StoreOptions {
+  dataDir: string;
+  /**
+   * SQLite `synchronous` pragma. `full` (the default) fsyncs the WAL at every commit, so an
+   * acknowledged write survives a power cut; `normal` survives a killed process only.
+   */
+  sync?: SyncMode;
+}
+
+export interface Store {
+  db: Kysely<Database>;
+  file: string;
+  close(): Promise<void>;
+}
+
+// Kysely opens SQLite transactions with a plain (deferred) BEGIN. A deferred transaction that
+// reads and then writes fails at once with SQLITE_BUSY when another process (an admin command
+// while the server runs) wrote in between, instead of waiting on busy_timeout. BEGIN IMMEDIATE
+// takes the write lock up front, so concurrent writers queue instead.
+class ImmediateSqliteDriver extends SqliteDriver {
+  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("begin immediate"));
+  }
+}
+
+class ImmediateSqliteDialect extends SqliteDialect {
+  readonly #config: ConstructorParameters<typeof SqliteDialect>[0];
+  constructor(config: ConstructorParameters<typeof SqliteDialect>[0]) {
+    super(config);
+    this.#config = config;
+  }
+  override createDriver() {
+    return new ImmediateSqliteDriver(this.#config);
+  }
+}
+
+export const DATABASE_FILE = "badgebench.sqlite";
+
+export async function openStore(options: StoreOptions): Promise<Store> {
+  fs.mkdirSync(options.dataDir, { recursive: true });
+  const file = path.join(options.dataDir, DATABASE_FILE);
+  const sqlite = new SQLite(file);
+  sqlite.pragma("journal_mode = WAL");
+  sqlite.pragma(`synchronous = ${(options.sync ?? "full").toUpperCase()}`);
+  sqlite.pragma("busy_timeout = 5000");
+  sqlite.pragma("foreign_keys = ON");
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: sqlite }) });
+  try {
+    await migrateToLatest(db);
+  } catch (error) {
+    await db.destroy();
+    throw error;
+  }
+  return { db, file, close: () => db.destroy() };
+}

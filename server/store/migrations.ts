@@ -1,0 +1,177 @@
+// Migrations live in code and run at every start; Kysely's Migrator records which ran.
+// Column types are chosen to mean the same on SQLite and PostgreSQL.
+import { type Kysely, type Migration, Migrator } from "kysely";
+
+const migrations: Record<string, Migration> = {
+  "0001_foundation": {
+    async up(db: Kysely<any>) {
+      await db.schema
+        .createTable("settings")
+        .addColumn("name", "text", (c) => c.primaryKey())
+        .addColumn("value", "text", (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("users")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("name", "text", (c) => c.notNull().unique())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("api_keys")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("lookup", "text", (c) => c.notNull().unique())
+        .addColumn("secret_hash", "text", (c) => c.notNull())
+        .addColumn("secret_hint", "text", (c) => c.notNull())
+        .addColumn("scopes", "text", (c) => c.notNull())
+        .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("revoked_at", "text")
+        .execute();
+      await db.schema
+        .createTable("students")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("external_id", "text", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("card_uid", "text")
+        .addUniqueConstraint("students_external_id", ["livemode", "external_id"])
+        .execute();
+      await db.schema
+        .createTable("courses")
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("code", "text", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addPrimaryKeyConstraint("courses_pk", ["livemode", "code"])
+        .execute();
+      await db.schema
+        .createTable("rooms")
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("code", "text", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addPrimaryKeyConstraint("rooms_pk", ["livemode", "code"])
+        .execute();
+      await db.schema
+        .createTable("enrollments")
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("course_code", "text", (c) => c.notNull())
+        .addColumn("student_id", "text", (c) => c.notNull().references("students.id"))
+        .addPrimaryKeyConstraint("enrollments_pk", ["livemode", "course_code", "student_id"])
+        .execute();
+      await db.schema
+        .createTable("sessions")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("course_code", "text", (c) => c.notNull())
+        .addColumn("room", "text", (c) => c.notNull())
+        .addColumn("date", "text", (c) => c.notNull())
+        .addColumn("starts_at", "text", (c) => c.notNull())
+        .addColumn("ends_at", "text", (c) => c.notNull())
+        .addColumn("status", "text", (c) => c.notNull())
+        .addUniqueConstraint("sessions_natural_key", ["livemode", "course_code", "starts_at"])
+        .execute();
+      await db.schema
+        .createIndex("sessions_by_start")
+        .on("sessions")
+        .columns(["livemode", "starts_at", "id"])
+        .execute();
+      await db.schema
+        .createIndex("sessions_by_date")
+        .on("sessions")
+        .columns(["livemode", "date", "starts_at", "id"])
+        .execute();
+      await db.schema
+        .createTable("devices")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("room", "text", (c) => c.notNull())
+        .addColumn("model", "text", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("records")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("session_id", "text", (c) => c.notNull().references("sessions.id"))
+        .addColumn("student_id", "text", (c) => c.notNull().references("students.id"))
+        .addColumn("course_code", "text", (c) => c.notNull())
+        .addColumn("status", "text", (c) => c.notNull())
+        .addColumn("recorded_at", "text", (c) => c.notNull())
+        .addColumn("method", "text", (c) => c.notNull())
+        .addColumn("device_id", "text", (c) => c.references("devices.id"))
+        .addColumn("reason", "text")
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("updated_at", "text", (c) => c.notNull())
+        .addUniqueConstraint("records_one_per_student_session", ["session_id", "student_id"])
+        .execute();
+      // One index per list filter, each ending in the keyset order (recorded_at, id).
+      const recordIndexes: Record<string, string[]> = {
+        records_by_time: ["livemode", "recorded_at", "id"],
+        records_by_course: ["livemode", "course_code", "recorded_at", "id"],
+        records_by_student: ["livemode", "student_id", "recorded_at", "id"],
+        records_by_status: ["livemode", "status", "recorded_at", "id"],
+      };
+      for (const [name, columns] of Object.entries(recordIndexes)) {
+        await db.schema.createIndex(name).on("records").columns(columns).execute();
+      }
+      await db.schema
+        .createTable("record_history")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("record_id", "text", (c) => c.notNull().references("records.id"))
+        .addColumn("seq", "integer", (c) => c.notNull())
+        .addColumn("at", "text", (c) => c.notNull())
+        .addColumn("from_status", "text", (c) => c.notNull())
+        .addColumn("to_status", "text", (c) => c.notNull())
+        .addColumn("reason", "text", (c) => c.notNull())
+        .addColumn("actor_type", "text", (c) => c.notNull())
+        .addColumn("actor_id", "text", (c) => c.notNull())
+        .addColumn("actor_name", "text", (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createIndex("record_history_order")
+        .on("record_history")
+        .columns(["record_id", "seq"])
+        .unique()
+        .execute();
+      await db.schema
+        .createTable("events")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("type", "text", (c) => c.notNull())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("payload", "text", (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("idempotency_keys")
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("key", "text", (c) => c.notNull())
+        .addColumn("fingerprint", "text", (c) => c.notNull())
+        .addColumn("state", "text", (c) => c.notNull())
+        .addColumn("locked_at", "text", (c) => c.notNull())
+        .addColumn("status_code", "integer")
+        .addColumn("response_body", "text")
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addPrimaryKeyConstraint("idempotency_keys_pk", ["livemode", "key"])
+        .execute();
+      await db.schema
+        .createIndex("idempotency_keys_by_age")
+        .on("idempotency_keys")
+        .column("created_at")
+        .execute();
+    },
+  },
+};
+
+export async function migrateToLatest(db: Kysely<any>): Promise<void> {
+  const migrator = new Migrator({
+    db,
+    provider: { getMigrations: async () => migrations },
+  });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) {
+    const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "unknown";
+    throw new Error(`database migration ${failed} failed: ${(error as Error).message}`, { cause: error });
+  }
+}

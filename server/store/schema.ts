@@ -1,0 +1,143 @@
+// Row types of every table, as Kysely sees them. Booleans are stored as 0/1 integers and
+// timestamps as fixed-width ISO 8601 UTC text, so the same queries sort and compare the same
+// way on SQLite and PostgreSQL.
+import type { Kysely, Transaction } from "kysely";
+
+export type Livemode = 0 | 1;
+
+export interface UsersTable {
+  id: string;
+  name: string;
+  created_at: string;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  livemode: Livemode;
+  name: string;
+  lookup: string;
+  secret_hash: string;
+  secret_hint: string;
+  scopes: string;
+  user_id: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export interface SettingsTable {
+  name: string;
+  value: string;
+}
+
+export interface StudentsTable {
+  id: string;
+  livemode: Livemode;
+  external_id: string;
+  name: string;
+  card_uid: string | null;
+}
+
+export interface CoursesTable {
+  livemode: Livemode;
+  code: string;
+  name: string;
+}
+
+export interface RoomsTable {
+  livemode: Livemode;
+  code: string;
+  name: string;
+}
+
+export interface EnrollmentsTable {
+  livemode: Livemode;
+  course_code: string;
+  student_id: string;
+}
+
+export interface SessionsTable {
+  id: string;
+  livemode: Livemode;
+  course_code: string;
+  room: string;
+  date: string;
+  starts_at: string;
+  ends_at: string;
+  status: string;
+}
+
+export interface DevicesTable {
+  id: string;
+  livemode: Livemode;
+  room: string;
+  model: string;
+  name: string;
+  created_at: string;
+}
+
+export interface RecordsTable {
+  id: string;
+  livemode: Livemode;
+  session_id: string;
+  student_id: string;
+  course_code: string;
+  status: string;
+  recorded_at: string;
+  method: string;
+  device_id: string | null;
+  reason: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface HistoryTable {
+  id: string;
+  record_id: string;
+  /** position in the record's history, 1 for the first correction */
+  seq: number;
+  at: string;
+  from_status: string;
+  to_status: string;
+  reason: string;
+  actor_type: string;
+  actor_id: string;
+  actor_name: string;
+}
+
+export interface EventsTable {
+  id: string;
+  livemode: Livemode;
+  type: string;
+  created_at: string;
+  payload: string;
+}
+
+export interface IdempotencyKeysTable {
+  livemode: Livemode;
+  key: string;
+  fingerprint: string;
+  state: "in_flight" | "done";
+  locked_at: string;
+  status_code: number | null;
+  response_body: string | null;
+  created_at: string;
+}
+
+export interface Database {
+  users: UsersTable;
+  api_keys: ApiKeysTable;
+  settings: SettingsTable;
+  students: StudentsTable;
+  courses: CoursesTable;
+  rooms: RoomsTable;
+  enrollments: EnrollmentsTable;
+  sessions: SessionsTable;
+  devices: DevicesTable;
+  records: RecordsTable;
+  record_history: HistoryTable;
+  events: EventsTable;
+  idempotency_keys: IdempotencyKeysTable;
+}
+
+/** A connection or an open transaction: store functions accept either. */
+export type Db = Kysely<Database> | Transaction<Database>;
