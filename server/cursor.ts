@@ -15,9 +15,10 @@ export interface CursorPayload {
 
 const MAC_BYTES = 16;
 
-export function filterFingerprint(filters: Record<string, unknown>): string {
+/** Names the list and its filters, so a cursor works only on the list and filters it came from. */
+export function filterFingerprint(list: string, filters: Record<string, unknown>): string {
   const entries = Object.entries(filters).filter(([, v]) => v !== undefined).sort(([a], [b]) => a.localeCompare(b));
-  return createHash("sha256").update(JSON.stringify(entries)).digest("base64url").slice(0, 16);
+  return createHash("sha256").update(JSON.stringify([list, entries])).digest("base64url").slice(0, 16);
 }
 
 export class CursorCodec {

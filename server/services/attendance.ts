@@ -120,7 +120,7 @@ export async function listRecords(
   today = new Date().toISOString().slice(0, 10),
 ): Promise<ListEnvelope<RecordListItem>> {
   const { limit, cursor, ...filterParams } = query;
-  const filters = filterFingerprint(filterParams);
+  const filters = filterFingerprint("attendance", filterParams);
   const position = cursor === undefined ? undefined : codec.decode(cursor, filters);
   const window = position?.pinned
     ? { from: position.pinned.from!, to: position.pinned.to! }

@@ -62,7 +62,7 @@ export async function listSessions(
   query: SessionQuery,
 ): Promise<ListEnvelope<SessionView>> {
   const { limit, cursor, ...filterParams } = query;
-  const filters = filterFingerprint(filterParams);
+  const filters = filterFingerprint("sessions", filterParams);
   const position = cursor === undefined ? undefined : codec.decode(cursor, filters);
   const rows = await store.listSessions(db, { livemode, ...filterParams, after: position?.after, limit: limit + 1 });
   return toPage(rows, limit, { codec, filters, keyOf: (row) => [row.starts_at, row.id], view: toSessionView });

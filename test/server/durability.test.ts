@@ -1,0 +1,47 @@
+// An acknowledged write survives the server process being killed outright.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { once } from "node:events";
+import { afterAll, expect, it } from "vitest";
+import { createApiKey } from "../../server/services/api-keys.ts";
+import { importSchool } from "../../server/services/school-import.ts";
+import { openStore } from "../../server/store/database.ts";
+import { smallSchool } from "./harness.ts";
+
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-durability-"));
+afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
+
+it("keeps every acknowledged create after kill -9", async () => {
+  const setup = await openStore({ dataDir });
+  await importSchool(setup.db, smallSchool(), { mode: "test" });
+  const key = await createApiKey(setup.db, { mode: "test", scopes: ["attendance:write"] });
+  const session = await setup.db.selectFrom("sessions").select("id").where("course_code", "=", "MATH").orderBy("starts_at").executeTakeFirstOrThrow();
+  await setup.close();
+
+  const child = spawn(process.execPath, ["scripts/badgebench.js", "serve", "--port", "0", "--data", dataDir], { stdio: ["ignore", "pipe", "ignore"] });
+  const [line] = (await once(child.stdout!, "data")) as [Buffer];
+  const url = /listening on (\S+)/.exec(line.toString())![1]!;
+  const acknowledged: string[] = [];
+  for (const externalId of ["S1", "S2", "S3", "S4", "S5"]) {
+    const res = await fetch(`${url}/v1/attendance`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key.secret}`, "content-type": "application/json", "idempotency-key": `k-${externalId}` },
+      body: JSON.stringify({ session_id: session.id, external_id: externalId, status: "present" }),
+    });
+    expect(res.status).toBe(201);
+    acknowledged.push(((await res.json()) as { id: string }).id);
+  }
+  child.kill("SIGKILL");
+  await once(child, "exit");
+
+  const reopened = await openStore({ dataDir });
+  try {
+    const ids = (await reopened.db.selectFrom("records").select("id").execute()).map((r) => r.id);
+    expect(ids.sort()).toEqual([...acknowledged].sort());
+    expect(await reopened.db.selectFrom("events").select("id").execute()).toHaveLength(5);
+  } finally {
+    await reopened.close();
+  }
+}, 20_000);
