@@ -164,7 +164,21 @@ export function buildCli(argv: string[]) {
           print(args, session, `${session.id} is now ${session.status}`);
         }),
     )
-    .help();
+    .help()
+    .fail((message, error) => {
+      // A usage mistake (or a failure outside an admin command, such as a busy port) is one
+      // line, or one JSON object under --json; an unexpected error keeps its stack on stderr.
+      if (error && !USER_ERRORS.some((kind) => error instanceof kind) && !isListenError(error)) throw error;
+      const text = message ?? error!.message;
+      if (argv.includes("--json")) process.stdout.write(`${JSON.stringify({ error: { code: "usage", message: text } })}\n`);
+      else process.stderr.write(`badgebench: ${text}\n${error ? "" : "run with --help for usage\n"}`);
+      process.exit(error ? 1 : 2);
+    });
+}
+
+function isListenError(error: Error): boolean {
+  const code = (error as NodeJS.ErrnoException).code;
+  return code === "EADDRINUSE" || code === "EACCES" || code === "EADDRNOTAVAIL";
 }
 
 await buildCli(hideBin(process.argv)).parseAsync();
