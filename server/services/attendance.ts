@@ -187,40 +187,47 @@ export async function createRecord(
     throw conflict("session_cancelled", `Session ${session.id} is cancelled; it takes no attendance.`, "session_id");
   }
   const studentParam = input.external_id !== undefined ? "external_id" : "student_id";
-  const student = await store.findStudent(trx, livemode, { id: input.student_id, external_id: input.external_id });
+  const by = { id: input.student_id, external_id: input.external_id };
+  const student = await store.findStudentInCourse(trx, livemode, by, session.course_code);
   if (!student) throw notFound("student", (input.external_id ?? input.student_id)!, studentParam);
-  if (!(await store.isEnrolled(trx, livemode, session.course_code, student.id))) {
+  if (student.enrolled_in === null) {
     throw invalidParam(
       studentParam,
       `Student ${student.external_id} is not enrolled in ${session.course_code}, the course of session ${session.id}.`,
       "student_not_enrolled",
     );
   }
-  const existing = await store.findRecordFor(trx, session.id, student.id);
-  if (existing) {
-    throw conflict(
-      "record_exists",
-      `Student ${student.external_id} already has a record in session ${session.id}: ${existing.id} (${existing.status}). Correct it with PATCH /v1/attendance/${existing.id}.`,
-    );
-  }
-  const now = new Date();
-  const id = newId("att", now.getTime());
-  await store.insertRecord(trx, {
-    id,
+  const now = new Date().toISOString();
+  const row = {
+    id: newId("att"),
     livemode,
     session_id: session.id,
     student_id: student.id,
     course_code: session.course_code,
     status: input.status,
-    recorded_at: now.toISOString(),
+    recorded_at: now,
     method: "api",
     device_id: null,
     reason: input.reason ?? null,
-    created_at: now.toISOString(),
-    updated_at: now.toISOString(),
+    created_at: now,
+    updated_at: now,
+  };
+  if (!(await store.insertRecordIfAbsent(trx, row))) {
+    const existing = (await store.findRecordFor(trx, session.id, student.id))!;
+    throw conflict(
+      "record_exists",
+      `Student ${student.external_id} already has a record in session ${session.id}: ${existing.id} (${existing.status}). Correct it with PATCH /v1/attendance/${existing.id}.`,
+    );
+  }
+  const record = toDetail({
+    ...row,
+    student_external_id: student.external_id,
+    student_name: student.name,
+    session_room: session.room,
+    device_model: null,
+    history: [],
   });
-  const record = await getRecord(trx, livemode, id);
-  await writeEvent(trx, livemode, "attendance.recorded", { object: record, actor: actorOf(principal) }, now);
+  await writeEvent(trx, livemode, "attendance.recorded", { object: record, actor: actorOf(principal) }, new Date(now));
   return { status: 201, body: record };
 }
 

@@ -7,15 +7,27 @@ export async function findStudent(db: Db, livemode: Livemode, by: { id?: string;
   return query.executeTakeFirst();
 }
 
-export async function isEnrolled(db: Db, livemode: Livemode, courseCode: string, studentId: string) {
-  const row = await db
-    .selectFrom("enrollments")
-    .select("student_id")
-    .where("livemode", "=", livemode)
-    .where("course_code", "=", courseCode)
-    .where("student_id", "=", studentId)
-    .executeTakeFirst();
-  return row !== undefined;
+/** The student, and whether they are enrolled in `courseCode`, in one query. */
+export async function findStudentInCourse(
+  db: Db,
+  livemode: Livemode,
+  by: { id?: string; external_id?: string },
+  courseCode: string,
+) {
+  let query = db
+    .selectFrom("students")
+    .leftJoin("enrollments", (join) =>
+      join
+        .onRef("enrollments.student_id", "=", "students.id")
+        .on("enrollments.livemode", "=", livemode)
+        .on("enrollments.course_code", "=", courseCode),
+    )
+    .selectAll("students")
+    .select("enrollments.course_code as enrolled_in")
+    .where("students.livemode", "=", livemode);
+  if (by.id !== undefined) query = query.where("students.id", "=", by.id);
+  if (by.external_id !== undefined) query = query.where("students.external_id", "=", by.external_id);
+  return query.executeTakeFirst();
 }
 
 export async function findRecordFor(db: Db, sessionId: string, studentId: string) {
@@ -27,8 +39,14 @@ export async function findRecordFor(db: Db, sessionId: string, studentId: string
     .executeTakeFirst();
 }
 
-export async function insertRecord(db: Db, row: RecordsTable): Promise<void> {
-  await db.insertInto("records").values(row).execute();
+/** Inserts the record unless the student already has one in the session; returns whether it did. */
+export async function insertRecordIfAbsent(db: Db, row: RecordsTable): Promise<boolean> {
+  const result = await db
+    .insertInto("records")
+    .values(row)
+    .onConflict((oc) => oc.columns(["session_id", "student_id"]).doNothing())
+    .executeTakeFirst();
+  return Number(result.numInsertedOrUpdatedRows ?? 0n) > 0;
 }
 
 export async function findRecord(db: Db, livemode: Livemode, id: string) {
@@ -96,38 +114,37 @@ export interface RecordFilter {
   limit: number;
 }
 
+/**
+ * One page of records in (recorded_at, id) order. The query reads `records` alone, so SQLite
+ * picks the index of the filter given, and seeks straight to the cursor: the keyset condition
+ * is a row-value comparison plus a plain bound on recorded_at (an OR of the two columns cannot
+ * be used to seek, which made deep pages cost as much as scanning to them).
+ */
 export async function listRecords(db: Db, filter: RecordFilter) {
   let query = db
     .selectFrom("records")
-    .innerJoin("students", "students.id", "records.student_id")
-    .select([
-      "records.id",
-      "records.livemode",
-      "records.status",
-      "records.recorded_at",
-      "records.method",
-      "records.student_id",
-      "students.external_id as student_external_id",
-      "records.session_id",
-      "records.course_code",
-    ])
-    .where("records.livemode", "=", filter.livemode)
-    .where("records.recorded_at", ">=", filter.since)
-    .where("records.recorded_at", "<", filter.until);
-  if (filter.course_code !== undefined) query = query.where("records.course_code", "=", filter.course_code);
-  if (filter.session_id !== undefined) query = query.where("records.session_id", "=", filter.session_id);
-  if (filter.student_id !== undefined) query = query.where("records.student_id", "=", filter.student_id);
-  if (filter.status !== undefined) query = query.where("records.status", "=", filter.status);
+    .select(["id", "livemode", "status", "recorded_at", "method", "student_id", "session_id", "course_code"])
+    .where("livemode", "=", filter.livemode)
+    .where("recorded_at", ">=", filter.since)
+    .where("recorded_at", "<", filter.until);
+  if (filter.course_code !== undefined) query = query.where("course_code", "=", filter.course_code);
+  if (filter.session_id !== undefined) query = query.where("session_id", "=", filter.session_id);
+  if (filter.student_id !== undefined) query = query.where("student_id", "=", filter.student_id);
+  if (filter.status !== undefined) query = query.where("status", "=", filter.status);
   if (filter.after) {
     const [recordedAt, id] = filter.after;
-    query = query.where((eb) =>
-      eb.or([
-        eb("records.recorded_at", ">", recordedAt),
-        eb.and([eb("records.recorded_at", "=", recordedAt), eb("records.id", ">", id)]),
-      ]),
-    );
+    query = query
+      .where("recorded_at", ">=", recordedAt)
+      .where((eb) => eb(eb.refTuple("recorded_at", "id"), ">", eb.tuple(recordedAt, id)));
   }
-  return query.orderBy("records.recorded_at").orderBy("records.id").limit(filter.limit).execute();
+  const rows = await query.orderBy("recorded_at").orderBy("id").limit(filter.limit).execute();
+  const studentIds = [...new Set(rows.map((r) => r.student_id))];
+  const externalIds = new Map<string, string>();
+  if (studentIds.length > 0) {
+    const students = await db.selectFrom("students").select(["id", "external_id"]).where("id", "in", studentIds).execute();
+    for (const student of students) externalIds.set(student.id, student.external_id);
+  }
+  return rows.map((row) => ({ ...row, student_external_id: externalIds.get(row.student_id)! }));
 }
 
 export type RecordListRow = Awaited<ReturnType<typeof listRecords>>[number];

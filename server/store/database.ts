@@ -47,6 +47,27 @@ class ImmediateSqliteDialect extends SqliteDialect {
 
 export const DATABASE_FILE = "badgebench.sqlite";
 
+const STATEMENT_CACHE_SIZE = 500;
+
+// Kysely prepares every query anew; preparing costs about as much as running these small
+// statements. Kysely emits the same SQL text for the same query shape, so prepared statements
+// are kept by their text (bounded, oldest dropped first).
+function withStatementCache(sqlite: SQLite.Database) {
+  const cache = new Map<string, SQLite.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare(sql: string) {
+      let statement = cache.get(sql);
+      if (!statement) {
+        statement = sqlite.prepare(sql);
+        if (cache.size >= STATEMENT_CACHE_SIZE) cache.delete(cache.keys().next().value!);
+        cache.set(sql, statement);
+      }
+      return statement;
+    },
+  };
+}
+
 export async function openStore(options: StoreOptions): Promise<Store> {
   fs.mkdirSync(options.dataDir, { recursive: true });
   const file = path.join(options.dataDir, DATABASE_FILE);
@@ -55,7 +76,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   sqlite.pragma(`synchronous = ${(options.sync ?? "full").toUpperCase()}`);
   sqlite.pragma("busy_timeout = 5000");
   sqlite.pragma("foreign_keys = ON");
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
   try {
     await migrateToLatest(db);
   } catch (error) {
