@@ -59,15 +59,11 @@ function toListItem(row: store.RecordListRow): RecordListItem {
 }
 
 function toDetail(row: store.RecordDetailRow): RecordDetail {
+  const item = toListItem(row);
   return {
-    id: row.id,
-    object: "attendance_record",
-    livemode: row.livemode === 1,
-    status: row.status,
-    recorded_at: row.recorded_at,
-    method: row.method,
-    student: { id: row.student_id, external_id: row.student_external_id, name: row.student_name },
-    session: { id: row.session_id, course_code: row.course_code, room: row.session_room },
+    ...item,
+    student: { ...item.student, name: row.student_name },
+    session: { ...item.session, room: row.session_room },
     device: row.device_id && row.device_model ? { id: row.device_id, model: row.device_model } : null,
     reason: row.reason,
     created_at: row.created_at,
