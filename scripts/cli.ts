@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import yargs, { type Argv } from "yargs";
 import { hideBin } from "yargs/helpers";
 import { ApiError } from "../server/errors.ts";
-import { resolveDataDir, startServer } from "../server/main.ts";
+import { ListenError, resolveDataDir, startServer } from "../server/main.ts";
 import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool, SchoolImportError } from "../server/services/school-import.ts";
 import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
@@ -21,7 +21,13 @@ interface AdminArgs {
 }
 
 /** Errors a user can fix; printed as a message, never as a stack trace. */
-const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError];
+const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError];
+
+function errorCode(error: Error): string {
+  if (error instanceof ApiError) return error.code;
+  if (error instanceof ListenError) return "listen_failed";
+  return "invalid_request";
+}
 
 function print(args: AdminArgs, json: unknown, text: string) {
   process.stdout.write(args.json ? `${JSON.stringify(json)}\n` : `${text}\n`);
@@ -31,13 +37,6 @@ async function withStore<T>(args: AdminArgs, run: (store: Store) => Promise<T>):
   const store = await openStore({ dataDir: resolveDataDir(args.data) });
   try {
     await run(store);
-  } catch (error) {
-    if (!USER_ERRORS.some((kind) => error instanceof kind)) throw error;
-    const code = error instanceof ApiError ? error.code : "invalid_request";
-    const message = (error as Error).message;
-    if (args.json) process.stdout.write(`${JSON.stringify({ error: { code, message } })}\n`);
-    else process.stderr.write(`badgebench: ${message}\n`);
-    process.exitCode = 1;
   } finally {
     await store.close();
   }
@@ -166,19 +165,15 @@ export function buildCli(argv: string[]) {
     )
     .help()
     .fail((message, error) => {
-      // A usage mistake (or a failure outside an admin command, such as a busy port) is one
-      // line, or one JSON object under --json; an unexpected error keeps its stack on stderr.
-      if (error && !USER_ERRORS.some((kind) => error instanceof kind) && !isListenError(error)) throw error;
-      const text = message ?? error!.message;
-      if (argv.includes("--json")) process.stdout.write(`${JSON.stringify({ error: { code: "usage", message: text } })}\n`);
+      // A usage mistake (exit 2) or an error the user can fix (exit 1) is one line, or one JSON
+      // object under --json; an unexpected error keeps its stack on stderr.
+      if (error && !USER_ERRORS.some((kind) => error instanceof kind)) throw error;
+      const text = error ? error.message : message;
+      const code = error ? errorCode(error) : "usage";
+      if (argv.includes("--json")) process.stdout.write(`${JSON.stringify({ error: { code, message: text } })}\n`);
       else process.stderr.write(`badgebench: ${text}\n${error ? "" : "run with --help for usage\n"}`);
       process.exit(error ? 1 : 2);
     });
-}
-
-function isListenError(error: Error): boolean {
-  const code = (error as NodeJS.ErrnoException).code;
-  return code === "EADDRINUSE" || code === "EACCES" || code === "EADDRNOTAVAIL";
 }
 
 await buildCli(hideBin(process.argv)).parseAsync();

@@ -24,6 +24,11 @@ export interface RunningServer {
 
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 
+/** The server could not listen (port in use, not permitted, address not on this machine). */
+export class ListenError extends Error {
+  override name = "ListenError";
+}
+
 /** The data directory: the flag, else BADGEBENCH_DATA, else ./var. */
 export function resolveDataDir(flag: string | undefined, env = process.env): string {
   return path.resolve(flag ?? env.BADGEBENCH_DATA ?? "var");
@@ -39,19 +44,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   await options.prepare?.(store, logger);
   const { handler, gate } = await createApp({ store, logger });
   await gate.purgeExpired();
+
+  const server = http.createServer(handler);
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(options.port, options.host, () => {
+        server.off("error", reject);
+        resolve();
+      });
+    });
+  } catch (error) {
+    await store.close();
+    throw new ListenError(`cannot listen on ${options.host}:${options.port}: ${(error as Error).message}`, { cause: error });
+  }
   const purge = setInterval(() => {
     gate.purgeExpired().catch((err: unknown) => logger.error({ err }, "idempotency key purge failed"));
   }, PURGE_INTERVAL_MS);
   purge.unref();
-
-  const server = http.createServer(handler);
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port, options.host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
   const { port } = server.address() as AddressInfo;
   const host = options.host.includes(":") ? `[${options.host}]` : options.host;
   const url = `http://${host}:${port}`;

@@ -1,69 +1,11 @@
 // Drives the real badgebench CLI as a user would: every test spawns
 // `node scripts/badgebench.js ...` in its own temporary data directory.
-import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const SCRIPT = path.join(ROOT, "scripts/badgebench.js");
-const DEMO = path.join(ROOT, "fixtures/demo-school.json");
-const DB_FILE = "badgebench.sqlite";
-const LISTENING = /^listening on http:\/\/127\.0\.0\.1:\d+$/;
-const CLI_TIMEOUT_MS = 20_000;
-
-/** The environment a user would have, minus anything that changes where or how the CLI runs. */
-function baseEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env = { ...process.env };
-  delete env.BADGEBENCH_DATA;
-  delete env.PORT;
-  delete env.HOST;
-  delete env.LOG_LEVEL;
-  delete env.BADGEBENCH_SQLITE_SYNC;
-  return { ...env, ...extra };
-}
-
-interface RunResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-}
-
-interface RunOptions {
-  env?: NodeJS.ProcessEnv;
-  cwd?: string;
-}
-
-/** Runs one CLI command to completion; never rejects on a non-zero exit. */
-function run(args: string[], options: RunOptions = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SCRIPT, ...args], {
-      cwd: options.cwd ?? ROOT,
-      env: options.env ?? baseEnv(),
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`badgebench ${args.join(" ")} timed out\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, CLI_TIMEOUT_MS);
-    child.on("error", (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
-}
+import { baseEnv, DB_FILE, DEMO, killLeftoverServers, run, serve, stop, type RunOptions } from "./cli-process.ts";
 
 /** Runs a command with --json, expects success and exactly one JSON object (one line) on stdout. */
 async function runJson<T = Record<string, unknown>>(args: string[], options?: RunOptions): Promise<T> {
@@ -129,82 +71,8 @@ async function createKey(dir: string, mode: "test" | "live", scopes: string[], n
   return runJson<KeyJson>(args);
 }
 
-// Running servers, killed (by their own pid) if a test leaves one behind.
-interface Server {
-  url: string;
-  child: ChildProcess;
-  stdout: () => string;
-  stderr: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-const servers = new Set<Server>();
+afterEach(killLeftoverServers);
 
-/** Starts `badgebench serve ...` and resolves once it printed its first stdout line. */
-function serve(args: string[]): Promise<Server> {
-  const child = spawn(process.execPath, [SCRIPT, "serve", "--port", "0", ...args], {
-    cwd: ROOT,
-    env: baseEnv(),
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  let stdout = "";
-  let stderr = "";
-  child.stdout!.setEncoding("utf8");
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.on("close", (code, signal) => resolve({ code, signal })),
-  );
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`serve did not start\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, CLI_TIMEOUT_MS);
-    child.on("error", (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`serve exited early (code ${code}, signal ${signal})\nstdout: ${stdout}\nstderr: ${stderr}`));
-    });
-    child.stdout!.on("data", (chunk: string) => {
-      const before = stdout;
-      stdout += chunk;
-      if (before.includes("\n") || !stdout.includes("\n")) return;
-      clearTimeout(timer);
-      const firstLine = stdout.slice(0, stdout.indexOf("\n"));
-      const server: Server = {
-        url: firstLine.replace(/^listening on /, ""),
-        child,
-        stdout: () => stdout,
-        stderr: () => stderr,
-        exited,
-      };
-      servers.add(server);
-      try {
-        expect(firstLine).toMatch(LISTENING);
-        resolve(server);
-      } catch (error) {
-        reject(error as Error);
-      }
-    });
-  });
-}
-
-/** SIGTERM, then the exit status. */
-async function stop(server: Server) {
-  server.child.kill("SIGTERM");
-  const result = await server.exited;
-  servers.delete(server);
-  return result;
-}
-
-afterEach(async () => {
-  for (const server of servers) {
-    server.child.kill("SIGKILL");
-    await server.exited;
-  }
-  servers.clear();
-});
 
 async function get(url: string, token?: string) {
   const response = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {} });
@@ -532,7 +400,7 @@ describe("usage mistakes", () => {
     const port = new URL(first.url).port;
     const second = await run(["serve", "--port", port, "--data", dir]);
     expect(second.code).toBe(1);
-    expect(second.stderr).toContain(`badgebench: listen EADDRINUSE: address already in use 127.0.0.1:${port}`);
+    expect(second.stderr).toContain(`badgebench: cannot listen on 127.0.0.1:${port}: listen EADDRINUSE: address already in use`);
     expect(second.stderr).not.toMatch(/\n\s+at /);
     await stop(first);
   });
