@@ -14,7 +14,7 @@ import { newId } from "../ids.ts";
 import type { RecordStatus } from "../http/validation.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
-import type { Database, Livemode } from "../store/schema.ts";
+import type { Database, Db, Livemode } from "../store/schema.ts";
 import type { Principal } from "./api-keys.ts";
 import type { StoredResponse } from "./idempotency.ts";
 
@@ -78,7 +78,7 @@ function toDetail(row: store.RecordDetailRow): RecordDetail {
   };
 }
 
-export async function getRecord(db: Kysely<Database> | Transaction<Database>, livemode: Livemode, id: string) {
+export async function getRecord(db: Db, livemode: Livemode, id: string) {
   const row = await store.findRecordDetail(db, livemode, id);
   if (!row) throw notFound("attendance record", id);
   return toDetail(row);

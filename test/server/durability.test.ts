@@ -1,16 +1,16 @@
 // An acknowledged write survives the server process being killed outright.
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { once } from "node:events";
-import { afterAll, expect, it } from "vitest";
+import { afterAll, afterEach, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { importSchool } from "../../server/services/school-import.ts";
 import { openStore } from "../../server/store/database.ts";
+import { killLeftoverServers, serve } from "./cli-process.ts";
 import { smallSchool } from "./harness.ts";
 
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-durability-"));
+afterEach(killLeftoverServers);
 afterAll(() => fs.rmSync(dataDir, { recursive: true, force: true }));
 
 it("keeps every acknowledged create after kill -9", async () => {
@@ -20,9 +20,7 @@ it("keeps every acknowledged create after kill -9", async () => {
   const session = await setup.db.selectFrom("sessions").select("id").where("course_code", "=", "MATH").orderBy("starts_at").executeTakeFirstOrThrow();
   await setup.close();
 
-  const child = spawn(process.execPath, ["scripts/badgebench.js", "serve", "--port", "0", "--data", dataDir], { stdio: ["ignore", "pipe", "ignore"] });
-  const [line] = (await once(child.stdout!, "data")) as [Buffer];
-  const url = /listening on (\S+)/.exec(line.toString())![1]!;
+  const { url, child, exited } = await serve(["--data", dataDir]);
   const acknowledged: string[] = [];
   for (const externalId of ["S1", "S2", "S3", "S4", "S5"]) {
     const res = await fetch(`${url}/v1/attendance`, {
@@ -34,7 +32,7 @@ it("keeps every acknowledged create after kill -9", async () => {
     acknowledged.push(((await res.json()) as { id: string }).id);
   }
   child.kill("SIGKILL");
-  await once(child, "exit");
+  expect((await exited).signal).toBe("SIGKILL");
 
   const reopened = await openStore({ dataDir });
   try {
