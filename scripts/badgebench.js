@@ -3,4 +3,5 @@
 import { register } from "tsx/esm/api";
 
 register();
-await import("./cli.ts");
+const { runCli } = await import("./cli.ts");
+await runCli(process.argv.slice(2));

@@ -4,12 +4,15 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import yargs, { type Argv } from "yargs";
-import { hideBin } from "yargs/helpers";
 import { ApiError } from "../server/errors.ts";
 import { ListenError, resolveDataDir, startServer } from "../server/main.ts";
+import { promoteRelease, PublishRefusal, publishRelease, WIFI_PASSWORD_ENV } from "../server/releases/publishing.ts";
+import { ReleaseStore, ReleaseStoreError } from "../server/releases/release-store.ts";
 import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool, SchoolImportError } from "../server/services/school-import.ts";
+import { createDevice, DeviceError, fleetViewOf, revokeDevice } from "../server/services/devices.ts";
 import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
+import { listDevices } from "../server/store/devices-store.ts";
 import { openStore, type Store } from "../server/store/database.ts";
 import { countStudents } from "../server/store/school-store.ts";
 
@@ -21,12 +24,23 @@ interface AdminArgs {
 }
 
 /** Errors a user can fix; printed as a message, never as a stack trace. */
-const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError];
+const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError];
 
-function errorCode(error: Error): string {
-  if (error instanceof ApiError) return error.code;
-  if (error instanceof ListenError) return "listen_failed";
-  return "invalid_request";
+function errorBody(error: Error): { code: string; message: string; reasons?: unknown } {
+  if (error instanceof ApiError) return { code: error.code, message: error.message };
+  if (error instanceof ListenError) return { code: "listen_failed", message: error.message };
+  if (error instanceof PublishRefusal) return { code: "refused", message: error.message, reasons: error.reasons };
+  return { code: "invalid_request", message: error.message };
+}
+
+/** The developer Wi-Fi password publish checks images for: the file's first line, else the environment. */
+function devWifiPassword(file: string | undefined): string | undefined {
+  if (file === undefined) return process.env[WIFI_PASSWORD_ENV] || undefined;
+  try {
+    return fs.readFileSync(file, "utf8").split(/\r?\n/)[0] || undefined;
+  } catch (error) {
+    throw new DeviceError(`cannot read --wifi-password-file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
 }
 
 function print(args: AdminArgs, json: unknown, text: string) {
@@ -61,6 +75,7 @@ async function loadDemo(store: Store, log: (message: string) => void) {
 export function buildCli(argv: string[]) {
   return yargs(argv)
     .scriptName("badgebench")
+    .version(false)
     .strict()
     .demandCommand(1, "name a command")
     .command(
@@ -163,17 +178,115 @@ export function buildCli(argv: string[]) {
           print(args, session, `${session.id} is now ${session.status}`);
         }),
     )
+    .command(
+      "publish <image> <version> [notes..]",
+      "publish a firmware release (refused if the image is not fit to ship)",
+      (y) =>
+        adminOptions(y)
+          .positional("image", { type: "string", demandOption: true, describe: "the ESP32 app image (.bin)" })
+          .positional("version", { type: "string", demandOption: true, describe: "three dotted numbers, like 1.4.0" })
+          .positional("notes", { type: "string", array: true, default: [] as string[], describe: "up to 3 release notes of 40 characters" })
+          .option("display", { type: "string", describe: "the string the badge shows (default: the version)" })
+          .option("canary", { type: "string", describe: "offer the release to this one device (dev_...) until promoted" })
+          .option("wifi-password-file", { type: "string", describe: `file whose first line is the developer Wi-Fi password (default $${WIFI_PASSWORD_ENV})` }),
+      (args) =>
+        withStore(args, async (store) => {
+          const releases = new ReleaseStore(resolveDataDir(args.data));
+          const entry = await publishRelease(store.db, releases, {
+            imagePath: path.resolve(args.image),
+            version: args.version,
+            notes: args.notes.map(String),
+            display: args.display,
+            canary: args.canary,
+            devWifiPassword: devWifiPassword(args.wifiPasswordFile),
+          });
+          const audience = entry.canary ? `offered to canary ${entry.canary} only; promote it with: badgebench release promote ${entry.version}` : "offered to the whole fleet";
+          print(args, entry, `published ${entry.version} (${entry.size} bytes, md5 ${entry.md5}): ${audience}`);
+        }),
+    )
+    .command("release", "list and promote releases", (y) =>
+      y
+        .demandCommand(1, "name a release command")
+        .command("list", "list published releases", adminOptions, (args) =>
+          withStore(args, async () => {
+            const manifest = new ReleaseStore(resolveDataDir(args.data)).read();
+            const lines = manifest.releases.map((r) => {
+              const audience = r.version === manifest.fleet ? "FLEET" : r.canary && !r.promoted ? `canary ${r.canary}` : "";
+              return `${r.version}  ${r.size} bytes  md5 ${r.md5}  ${r.published_at}  ${audience}`.trimEnd();
+            });
+            print(args, { object: "list", fleet: manifest.fleet, data: manifest.releases }, lines.join("\n") || "no releases published");
+          }),
+        )
+        .command(
+          "promote <version>",
+          "make a canary release the fleet's release, once its canary reported ota=ok",
+          (k) =>
+            adminOptions(k)
+              .positional("version", { type: "string", demandOption: true })
+              .option("force", { type: "boolean", default: false, describe: "promote without the canary's ok report (recorded)" })
+              .option("reason", { type: "string", describe: "why; recorded in the manifest" }),
+          (args) =>
+            withStore(args, async (store) => {
+              const releases = new ReleaseStore(resolveDataDir(args.data));
+              const entry = await promoteRelease(store.db, releases, args.version, { force: args.force, reason: args.reason });
+              const how = entry.promoted?.forced ? "forced without the canary's report" : `canary reported ok (${entry.promoted?.canary_report})`;
+              print(args, entry, `${entry.version} is now the fleet's release: ${how}`);
+            }),
+        ),
+    )
+    .command("devices", "manage badges and their device tokens", (y) =>
+      y
+        .demandCommand(1, "name a devices command")
+        .command(
+          "add",
+          "register a badge and print its device token (shown once)",
+          (k) =>
+            adminOptions(k)
+              .option("room", { type: "string", demandOption: true, describe: "the room code the badge hangs in" })
+              .option("model", { type: "string", demandOption: true })
+              .option("name", { type: "string" })
+              .option("mode", { choices: ["test", "live"] as const, default: "test" as const }),
+          (args) =>
+            withStore(args, async (store) => {
+              const device = await createDevice(store.db, { mode: args.mode, room: args.room, model: args.model, name: args.name });
+              print(args, device, `${device.id}\n${device.token}\n(the token is shown once; store it on the badge now)`);
+            }),
+        )
+        .command("list", "list badges with their firmware state", adminOptions, (args) =>
+          withStore(args, async (store) => {
+            const manifest = new ReleaseStore(resolveDataDir(args.data)).read();
+            const now = new Date();
+            const devices = await Promise.all((await listDevices(store.db)).map((row) => fleetViewOf(store.db, row, manifest, now)));
+            const lines = devices.map(
+              (d) => `${d.id}  ${d.room}  ${d.model}  ${d.firmware.installed?.version ?? "-"}  ${d.firmware.state}${d.revoked_at ? "  REVOKED" : ""}  ${d.name}`,
+            );
+            print(args, { object: "list", data: devices }, lines.join("\n") || "no devices");
+          }),
+        )
+        .command(
+          "revoke <id>",
+          "revoke a badge's device token (the badge gets 401 and clears it)",
+          (k) => adminOptions(k).positional("id", { type: "string", demandOption: true }),
+          (args) =>
+            withStore(args, async (store) => {
+              const device = await revokeDevice(store.db, args.id);
+              print(args, device, `revoked the token of ${device.id}`);
+            }),
+        ),
+    )
     .help()
     .fail((message, error) => {
       // A usage mistake (exit 2) or an error the user can fix (exit 1) is one line, or one JSON
       // object under --json; an unexpected error keeps its stack on stderr.
       if (error && !USER_ERRORS.some((kind) => error instanceof kind)) throw error;
-      const text = error ? error.message : message;
-      const code = error ? errorCode(error) : "usage";
-      if (argv.includes("--json")) process.stdout.write(`${JSON.stringify({ error: { code, message: text } })}\n`);
-      else process.stderr.write(`badgebench: ${text}\n${error ? "" : "run with --help for usage\n"}`);
+      const body = error ? errorBody(error) : { code: "usage", message };
+      if (argv.includes("--json")) process.stdout.write(`${JSON.stringify({ error: body })}\n`);
+      else process.stderr.write(`badgebench: ${body.message}\n${error ? "" : "run with --help for usage\n"}`);
       process.exit(error ? 1 : 2);
     });
 }
 
-await buildCli(hideBin(process.argv)).parseAsync();
+/** Runs the command line on `argv` (the arguments after the program name). */
+export async function runCli(argv: string[]): Promise<void> {
+  await buildCli(argv).parseAsync();
+}

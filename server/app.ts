@@ -6,7 +6,10 @@ import type { Logger } from "pino";
 import { CursorCodec } from "./cursor.ts";
 import { bearerAuth } from "./http/auth-middleware.ts";
 import { errorMiddleware, notFoundRoute } from "./http/error-middleware.ts";
+import { badgeRoutes } from "./badge/badge-routes.ts";
+import type { ReleaseStore } from "./releases/release-store.ts";
 import { attendanceRoutes } from "./routes/attendance-routes.ts";
+import { devicesRoutes } from "./routes/devices-routes.ts";
 import { sessionsRoutes } from "./routes/sessions-routes.ts";
 import { IdempotencyGate } from "./services/idempotency.ts";
 import type { Store } from "./store/database.ts";
@@ -16,6 +19,7 @@ export const MAX_BODY_BYTES = 64 * 1024;
 
 export interface AppDeps {
   store: Store;
+  releases: ReleaseStore;
   logger: Logger;
 }
 
@@ -24,7 +28,7 @@ export interface App {
   gate: IdempotencyGate;
 }
 
-export async function createApp({ store, logger }: AppDeps): Promise<App> {
+export async function createApp({ store, releases, logger }: AppDeps): Promise<App> {
   const cursorSecret = await getOrCreateSetting(store.db, "cursor_secret", () => randomBytes(32).toString("hex"));
   const codec = new CursorCodec(Buffer.from(cursorSecret, "hex"));
   const gate = new IdempotencyGate(store.db);
@@ -39,7 +43,9 @@ export async function createApp({ store, logger }: AppDeps): Promise<App> {
   v1.use(express.json({ limit: MAX_BODY_BYTES }));
   v1.use(attendanceRoutes(deps));
   v1.use(sessionsRoutes(deps));
+  v1.use(devicesRoutes({ ...deps, releases }));
   app.use("/v1", v1);
+  app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
 
   app.use(notFoundRoute);
   app.use(errorMiddleware(logger));

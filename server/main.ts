@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { pino, type Logger } from "pino";
 import { createApp } from "./app.ts";
+import { ReleaseStore } from "./releases/release-store.ts";
 import { openStore, type Store, type SyncMode } from "./store/database.ts";
 
 export interface ServerOptions {
@@ -42,7 +43,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const logger = options.logger ?? createLogger();
   const store = await openStore({ dataDir: options.dataDir, sync: options.sync });
   await options.prepare?.(store, logger);
-  const { handler, gate } = await createApp({ store, logger });
+  const { handler, gate } = await createApp({ store, releases: new ReleaseStore(options.dataDir), logger });
   await gate.purgeExpired();
 
   const server = http.createServer(handler);

@@ -27,6 +27,9 @@ export function bearerAuth(db: Kysely<Database>) {
     if (!match) {
       throw unauthenticated("api_key_invalid", "Malformed Authorization header. Expected 'Bearer <API_KEY>'.");
     }
+    if (match[1]!.startsWith("dtk_")) {
+      throw unauthenticated("api_key_invalid", "Device tokens open the badge endpoints only; /v1 takes an API key.");
+    }
     const principal = await authenticate(db, match[1]!);
     if (!principal) throw unauthenticated("api_key_invalid", "Invalid or revoked API key.");
     req.principal = principal;

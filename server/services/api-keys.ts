@@ -1,11 +1,9 @@
-// API keys: `sk_test_...` / `sk_live_...`, shown once at creation and stored as a SHA-256 hash.
-// A key's first characters are a non-secret lookup handle; the rest is compared in constant
-// time against the stored hash, so verification time says nothing about the secret.
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+// API keys: `sk_test_...` / `sk_live_...`, shown once at creation and stored hashed (secrets.ts).
 import { newId } from "../ids.ts";
 import * as keysStore from "../store/api-keys-store.ts";
 import type { Kysely } from "kysely";
 import type { Database, Livemode } from "../store/schema.ts";
+import { lookupOf, newSecret, secretMatches } from "./secrets.ts";
 
 export type Mode = "test" | "live";
 
@@ -14,6 +12,7 @@ export const SCOPES = {
   "attendance:read": "list and retrieve records, sessions and rolls",
   "attendance:write": "create and correct records (includes attendance:read)",
   "sessions:write": "open, close and cancel sessions (includes attendance:read)",
+  "devices:read": "list badges with their firmware state, and the card taps they sent",
 } as const;
 
 export type Scope = keyof typeof SCOPES;
@@ -47,9 +46,6 @@ export interface ApiKeyView {
   revoked_at: string | null;
 }
 
-const LOOKUP_LENGTH = 8;
-const hashSecret = (secret: string) => createHash("sha256").update(secret).digest();
-
 function toView(row: keysStore.ApiKeyRow): ApiKeyView {
   return {
     id: row.id,
@@ -79,8 +75,7 @@ export async function createApiKey(
   }
   if (input.scopes.length === 0) throw new ApiKeyError("a key needs at least one --scope");
   const now = new Date().toISOString();
-  const body = randomBytes(24).toString("base64url");
-  const secret = `sk_${input.mode}_${body}`;
+  const { secret, lookup, hash, hint } = newSecret(`sk_${input.mode}_`);
   const id = newId("key");
   return db.transaction().execute(async (trx) => {
     const user = await keysStore.findOrCreateUser(trx, input.user ?? "Administrator", () => newId("usr"), now);
@@ -88,9 +83,9 @@ export async function createApiKey(
       id,
       livemode: (input.mode === "live" ? 1 : 0) as Livemode,
       name: input.name ?? id,
-      lookup: secret.slice(0, `sk_${input.mode}_`.length + LOOKUP_LENGTH),
-      secret_hash: hashSecret(secret).toString("hex"),
-      secret_hint: `${secret.slice(0, 8)}...${secret.slice(-4)}`,
+      lookup,
+      secret_hash: hash,
+      secret_hint: hint,
       scopes: JSON.stringify([...new Set(input.scopes)]),
       user_id: user.id,
       created_at: now,
@@ -115,9 +110,9 @@ export async function revokeApiKey(db: Kysely<Database>, id: string): Promise<Ap
 export async function authenticate(db: Kysely<Database>, token: string): Promise<Principal | undefined> {
   const match = /^sk_(test|live)_/.exec(token);
   if (!match) return undefined;
-  const row = await keysStore.findApiKeyByLookup(db, token.slice(0, match[0].length + LOOKUP_LENGTH));
+  const row = await keysStore.findApiKeyByLookup(db, lookupOf(match[0], token));
   if (!row || row.revoked_at !== null) return undefined;
-  if (!timingSafeEqual(hashSecret(token), Buffer.from(row.secret_hash, "hex"))) return undefined;
+  if (!secretMatches(token, row.secret_hash)) return undefined;
   const scopes = new Set<Scope>();
   for (const scope of JSON.parse(row.scopes) as Scope[]) {
     scopes.add(scope);

@@ -159,7 +159,7 @@ export function actorOf(principal: Principal): Actor {
   return { type: "user", id: principal.user.id, name: principal.user.name };
 }
 
-async function writeEvent(
+export async function writeEvent(
   trx: Transaction<Database>,
   livemode: Livemode,
   type: string,
@@ -267,4 +267,78 @@ export async function correctRecord(
     now,
   );
   return { status: 200, body: record };
+}
+
+export interface CaptureInput {
+  device: { id: string; name: string; model: string; livemode: Livemode };
+  session: { id: string; course_code: string; room: string };
+  student: { id: string; external_id: string; name: string };
+  status: "present" | "late";
+  /** the moment of the card tap: the record's recorded_at */
+  at: Date;
+}
+
+export type CaptureOutcome = { recordId: string; effect: "created" | "took_over" | "already_marked" };
+
+/**
+ * A device capture (a card tap the badge synced). Device captures are authoritative: a record
+ * made another way (the API) is taken over, with a history entry whose actor is the device; a
+ * student already marked by a device keeps the first capture.
+ */
+export async function captureFromDevice(trx: Transaction<Database>, input: CaptureInput): Promise<CaptureOutcome> {
+  const { device, session, student } = input;
+  const livemode = device.livemode;
+  const actor: Actor = { type: "device", id: device.id, name: device.name };
+  const now = new Date();
+  const existing = await store.findRecordFor(trx, session.id, student.id);
+  if (existing?.method === "device") return { recordId: existing.id, effect: "already_marked" };
+  if (existing) {
+    const reason = `device capture by ${device.name} replaces the ${existing.method} mark`;
+    await store.takeOverRecord(trx, existing.id, { status: input.status, device_id: device.id, updated_at: now.toISOString() });
+    await store.appendHistory(trx, {
+      id: newId("hst", now.getTime()),
+      record_id: existing.id,
+      at: now.toISOString(),
+      from_status: existing.status,
+      to_status: input.status,
+      reason,
+      actor_type: actor.type,
+      actor_id: actor.id,
+      actor_name: actor.name,
+    });
+    const record = await getRecord(trx, livemode, existing.id);
+    await writeEvent(
+      trx,
+      livemode,
+      "attendance.updated",
+      { object: record, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
+      now,
+    );
+    return { recordId: existing.id, effect: "took_over" };
+  }
+  const row = {
+    id: newId("att", input.at.getTime()),
+    livemode,
+    session_id: session.id,
+    student_id: student.id,
+    course_code: session.course_code,
+    status: input.status,
+    recorded_at: input.at.toISOString(),
+    method: "device",
+    device_id: device.id,
+    reason: null,
+    created_at: now.toISOString(),
+    updated_at: now.toISOString(),
+  };
+  await store.insertRecordIfAbsent(trx, row);
+  const record = toDetail({
+    ...row,
+    student_external_id: student.external_id,
+    student_name: student.name,
+    session_room: session.room,
+    device_model: device.model,
+    history: [],
+  });
+  await writeEvent(trx, livemode, "attendance.recorded", { object: record, actor }, now);
+  return { recordId: row.id, effect: "created" };
 }

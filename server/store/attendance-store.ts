@@ -148,3 +148,36 @@ export async function listRecords(db: Db, filter: RecordFilter) {
 }
 
 export type RecordListRow = Awaited<ReturnType<typeof listRecords>>[number];
+
+/** A device capture taking over a record that came from another method. */
+export async function takeOverRecord(
+  db: Db,
+  id: string,
+  change: { status: string; device_id: string; updated_at: string },
+): Promise<void> {
+  await db
+    .updateTable("records")
+    .set({ ...change, method: "device" })
+    .where("id", "=", id)
+    .execute();
+}
+
+export async function findStudentByCard(db: Db, livemode: Livemode, cardUid: string) {
+  return db
+    .selectFrom("students")
+    .select(["id", "external_id", "name"])
+    .where("livemode", "=", livemode)
+    .where("card_uid", "=", cardUid)
+    .executeTakeFirst();
+}
+
+export async function isEnrolled(db: Db, livemode: Livemode, courseCode: string, studentId: string): Promise<boolean> {
+  const row = await db
+    .selectFrom("enrollments")
+    .select("student_id")
+    .where("livemode", "=", livemode)
+    .where("course_code", "=", courseCode)
+    .where("student_id", "=", studentId)
+    .executeTakeFirst();
+  return row !== undefined;
+}

@@ -162,6 +162,72 @@ const migrations: Record<string, Migration> = {
         .execute();
     },
   },
+  // Badges: device tokens and what each badge last said, firmware fetches, outcome reports and
+  // card taps. The devices table was created empty in 0001; no rows exist to backfill.
+  "0002_badges": {
+    async up(db: Kysely<any>) {
+      const deviceColumns: [string, "text" | "integer" | "real"][] = [
+        ["token_lookup", "text"],
+        ["token_hash", "text"],
+        ["token_hint", "text"],
+        ["revoked_at", "text"],
+        ["installed_version", "text"],
+        ["installed_display", "text"],
+        ["battery_volts", "real"],
+        ["charging", "integer"],
+        ["last_check_at", "text"],
+        ["last_sync_at", "text"],
+        ["offered_version", "text"],
+        ["offered_at", "text"],
+      ];
+      for (const [name, type] of deviceColumns) {
+        await db.schema.alterTable("devices").addColumn(name, type).execute();
+      }
+      await db.schema.createIndex("devices_by_token").on("devices").column("token_lookup").unique().execute();
+      await db.schema
+        .createTable("ota_fetches")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("device_id", "text", (c) => c.notNull().references("devices.id"))
+        .addColumn("version", "text", (c) => c.notNull())
+        .addColumn("size", "integer", (c) => c.notNull())
+        .addColumn("bytes_sent", "integer", (c) => c.notNull())
+        .addColumn("outcome", "text", (c) => c.notNull())
+        .addColumn("started_at", "text", (c) => c.notNull())
+        .addColumn("ended_at", "text")
+        .execute();
+      await db.schema.createIndex("ota_fetches_by_device").on("ota_fetches").columns(["device_id", "started_at"]).execute();
+      await db.schema
+        .createTable("ota_reports")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("device_id", "text", (c) => c.notNull().references("devices.id"))
+        .addColumn("version", "text", (c) => c.notNull())
+        .addColumn("outcome", "text", (c) => c.notNull())
+        .addColumn("message", "text")
+        .addColumn("report", "text", (c) => c.notNull())
+        .addColumn("received_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("ota_reports_by_device").on("ota_reports").columns(["device_id", "received_at"]).execute();
+      await db.schema
+        .createTable("device_taps")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("device_id", "text", (c) => c.notNull().references("devices.id"))
+        .addColumn("card_uid", "text", (c) => c.notNull())
+        .addColumn("tapped_at", "text", (c) => c.notNull())
+        .addColumn("received_at", "text", (c) => c.notNull())
+        .addColumn("result", "text", (c) => c.notNull())
+        .addColumn("reason", "text")
+        .addColumn("session_id", "text")
+        .addColumn("student_id", "text")
+        .addColumn("record_id", "text")
+        // A replayed sync carries the same taps: the badge, the card and the second identify one.
+        .addUniqueConstraint("device_taps_once", ["device_id", "card_uid", "tapped_at"])
+        .execute();
+      await db.schema.createIndex("device_taps_by_result").on("device_taps").columns(["livemode", "result", "id"]).execute();
+      await db.schema.createIndex("students_by_card").on("students").columns(["livemode", "card_uid"]).execute();
+      await db.schema.createIndex("sessions_by_room").on("sessions").columns(["livemode", "room", "starts_at"]).execute();
+    },
+  },
 };
 
 export async function migrateToLatest(db: Kysely<any>): Promise<void> {

@@ -73,6 +73,60 @@ export interface DevicesTable {
   model: string;
   name: string;
   created_at: string;
+  token_lookup: string | null;
+  token_hash: string | null;
+  token_hint: string | null;
+  revoked_at: string | null;
+  /** what the badge last said it runs (check or sync `sv` and `fw`) */
+  installed_version: string | null;
+  installed_display: string | null;
+  battery_volts: number | null;
+  charging: Livemode | null;
+  last_check_at: string | null;
+  last_sync_at: string | null;
+  offered_version: string | null;
+  offered_at: string | null;
+}
+
+export type FetchOutcome = "sending" | "completed" | "cut";
+
+export interface OtaFetchesTable {
+  id: string;
+  device_id: string;
+  version: string;
+  size: number;
+  /** bytes handed to the connection: an upper bound of what the badge received */
+  bytes_sent: number;
+  outcome: FetchOutcome;
+  started_at: string;
+  ended_at: string | null;
+}
+
+export interface OtaReportsTable {
+  id: string;
+  device_id: string;
+  version: string;
+  outcome: "ok" | "err";
+  message: string | null;
+  /** the `ota=` value exactly as the badge sent it */
+  report: string;
+  received_at: string;
+}
+
+export type TapResult = "accepted" | "rejected";
+
+export interface DeviceTapsTable {
+  id: string;
+  livemode: Livemode;
+  device_id: string;
+  card_uid: string;
+  tapped_at: string;
+  received_at: string;
+  result: TapResult;
+  reason: string | null;
+  session_id: string | null;
+  student_id: string | null;
+  record_id: string | null;
 }
 
 export interface RecordsTable {
@@ -133,6 +187,9 @@ export interface Database {
   enrollments: EnrollmentsTable;
   sessions: SessionsTable;
   devices: DevicesTable;
+  ota_fetches: OtaFetchesTable;
+  ota_reports: OtaReportsTable;
+  device_taps: DeviceTapsTable;
   records: RecordsTable;
   record_history: HistoryTable;
   events: EventsTable;

@@ -1,0 +1,95 @@
+// The badge endpoints' HTTP plumbing: every answer, errors included, is the letter-line text
+// format of SPEC 4.8 (`V1`, `S <seconds>`, then the lines, `.` last), because the badge parses
+// nothing else. An error is an `X <code> <message>` line with a 4xx status; the badge acts on
+// the code and logs the message.
+import type { NextFunction, Request, Response } from "express";
+import type { Logger } from "pino";
+import { formatResponse, type ResponseLine } from "../../firmware/index.ts";
+import { authenticateDevice, type DeviceRow } from "../services/devices.ts";
+import type { Db } from "../store/schema.ts";
+
+/** The `S` line: seconds before the badge should contact the server again on its own. */
+export const RECHECK_AFTER_S = {
+  offer: 3600,
+  current: 6 * 3600,
+  noRelease: 6 * 3600,
+  batteryLow: 15 * 60,
+  sync: 15 * 60,
+  /** a request the server cannot read is a firmware bug: retrying soon only repeats it */
+  malformed: 24 * 3600,
+  serverTrouble: 5 * 60,
+  unauthorized: 0,
+} as const;
+
+export class BadgeError extends Error {
+  override name = "BadgeError";
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly recheckAfterS: number = RECHECK_AFTER_S.malformed,
+  ) {
+    super(message);
+  }
+}
+
+export function sendLines(res: Response, status: number, recheckAfterS: number, lines: ResponseLine[]): void {
+  const body = formatResponse([{ letter: "S", value: String(recheckAfterS) }, ...lines]);
+  res.status(status).set({ "Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store" }).send(body);
+}
+
+export const refusalLine = (code: string, message: string): ResponseLine => ({ letter: "X", value: `${code} ${message}` });
+
+declare module "express-serve-static-core" {
+  interface Request {
+    device?: DeviceRow;
+  }
+}
+
+export function deviceOf(req: Request): DeviceRow {
+  if (!req.device) throw new Error("badge route mounted without deviceAuth");
+  return req.device;
+}
+
+const unauthorized = (message: string) => new BadgeError(401, "unauthorized", message, RECHECK_AFTER_S.unauthorized);
+
+/** Device-token authentication; a revoked token gets 401 on every badge endpoint (the badge clears it). */
+export function deviceAuth(db: Db) {
+  return async (req: Request, _res: Response, next: NextFunction) => {
+    const match = /^Bearer ([^\s]+)$/i.exec(req.get("authorization")?.trim() ?? "");
+    if (!match) throw unauthorized("send 'Authorization: Bearer <DEVICE_TOKEN>'");
+    const token = match[1]!;
+    if (token.startsWith("sk_")) throw unauthorized("API keys are not accepted on badge endpoints; use a device token");
+    const device = await authenticateDevice(db, token);
+    if (!device) throw unauthorized("invalid or revoked device token");
+    req.device = device;
+    next();
+  };
+}
+
+interface BodyParserError {
+  type?: string;
+}
+
+export function badgeErrorMiddleware(logger: Logger) {
+  return (error: unknown, req: Request, res: Response, _next: NextFunction) => {
+    let badgeError: BadgeError;
+    if (error instanceof BadgeError) badgeError = error;
+    else if ((error as BodyParserError).type === "entity.too.large") {
+      badgeError = new BadgeError(413, "body_too_large", "the request body is larger than 16 KiB");
+    } else if ((error as BodyParserError).type === "request.aborted") {
+      badgeError = new BadgeError(400, "request_aborted", "the request was cut before its body ended");
+    } else if (typeof (error as BodyParserError).type === "string") {
+      badgeError = new BadgeError(400, "malformed_request", "the request body could not be read as UTF-8 text");
+    } else {
+      logger.error({ err: error, method: req.method, url: req.originalUrl }, "badge request failed");
+      badgeError = new BadgeError(500, "server_error", "the server failed; it has been logged", RECHECK_AFTER_S.serverTrouble);
+    }
+    if (badgeError.status === 401) res.set("WWW-Authenticate", 'Bearer realm="badgebench"');
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    sendLines(res, badgeError.status, badgeError.recheckAfterS, [refusalLine(badgeError.code, badgeError.message)]);
+  };
+}

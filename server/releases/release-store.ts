@@ -1,0 +1,144 @@
+// The release store: images and the manifest under <data>/releases. Images are written once and
+// never changed (a badge was told their MD5); the manifest is replaced atomically (temp file,
+// fsync, rename, fsync of the directory), so a crash at any point leaves the old manifest or
+// the new one, never a torn one. The server re-reads the manifest when the file changes, so a
+// publish from another process takes effect without a restart.
+import { randomBytes } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { EMPTY_MANIFEST, parseManifest, type Manifest, type ReleaseEntry } from "../../firmware/index.ts";
+
+export const RELEASES_DIR = "releases";
+const MANIFEST_FILE = "manifest.json";
+const LOCK_FILE = "publish.lock";
+
+export class ReleaseStoreError extends Error {
+  override name = "ReleaseStoreError";
+}
+
+interface CachedManifest {
+  ino: number;
+  mtimeMs: number;
+  size: number;
+  manifest: Manifest;
+}
+
+export class ReleaseStore {
+  readonly dir: string;
+  readonly imagesDir: string;
+  readonly manifestFile: string;
+  #cached: CachedManifest | undefined;
+
+  constructor(dataDir: string) {
+    this.dir = path.join(dataDir, RELEASES_DIR);
+    this.imagesDir = path.join(this.dir, "images");
+    this.manifestFile = path.join(this.dir, MANIFEST_FILE);
+  }
+
+  /** The current manifest; an absent file is the empty manifest, a damaged one an error. */
+  read(): Manifest {
+    let stat: fs.Stats;
+    try {
+      stat = fs.statSync(this.manifestFile);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") return EMPTY_MANIFEST;
+      throw error;
+    }
+    const cached = this.#cached;
+    if (cached && cached.ino === stat.ino && cached.mtimeMs === stat.mtimeMs && cached.size === stat.size) {
+      return cached.manifest;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(fs.readFileSync(this.manifestFile, "utf8"));
+    } catch (error) {
+      throw new ReleaseStoreError(`${this.manifestFile} is not valid JSON: ${(error as Error).message}`);
+    }
+    const parsed = parseManifest(json);
+    if (!parsed.ok) throw new ReleaseStoreError(`${this.manifestFile} is invalid: ${parsed.message}`);
+    this.#cached = { ino: stat.ino, mtimeMs: stat.mtimeMs, size: stat.size, manifest: parsed.manifest };
+    return parsed.manifest;
+  }
+
+  imagePath(entry: ReleaseEntry): string {
+    return path.join(this.imagesDir, entry.file);
+  }
+
+  /** Writes an image under a name of its own; an identical existing file is reused, never overwritten. */
+  storeImage(bytes: Uint8Array, version: string, sha256: string): string {
+    fs.mkdirSync(this.imagesDir, { recursive: true });
+    const file = `${version}-${sha256.slice(0, 16)}.bin`;
+    const target = path.join(this.imagesDir, file);
+    if (fs.existsSync(target)) return file;
+    this.#writeDurably(target, bytes, 0o444);
+    return file;
+  }
+
+  replaceManifest(manifest: Manifest): void {
+    fs.mkdirSync(this.dir, { recursive: true });
+    this.#writeDurably(this.manifestFile, `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
+  }
+
+  /**
+   * Holds the publish lock while `work` runs, so two publishes cannot both read the same
+   * manifest and each write their own successor. Returns what `work` returns.
+   */
+  async withLock<T>(work: () => Promise<T>): Promise<T> {
+    fs.mkdirSync(this.dir, { recursive: true });
+    const lockFile = path.join(this.dir, LOCK_FILE);
+    let fd: number;
+    try {
+      fd = fs.openSync(lockFile, "wx");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      throw new ReleaseStoreError(
+        `another publish holds ${lockFile}; wait for it, or delete the file if no publish is running`,
+      );
+    }
+    try {
+      fs.writeSync(fd, `${process.pid}\n`);
+      return await work();
+    } finally {
+      fs.closeSync(fd);
+      fs.rmSync(lockFile, { force: true });
+    }
+  }
+
+  #writeDurably(target: string, data: Uint8Array | string, mode: number): void {
+    const temp = path.join(path.dirname(target), `.${path.basename(target)}.${randomBytes(6).toString("hex")}.tmp`);
+    const fd = fs.openSync(temp, "wx", mode);
+    try {
+      fs.writeFileSync(fd, data);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    try {
+      fs.renameSync(temp, target);
+    } catch (error) {
+      fs.rmSync(temp, { force: true });
+      throw error;
+    }
+    const dirFd = fs.openSync(path.dirname(target), "r");
+    try {
+      fs.fsyncSync(dirFd);
+    } finally {
+      fs.closeSync(dirFd);
+    }
+  }
+}
+
+export function findRelease(manifest: Manifest, version: string): ReleaseEntry | undefined {
+  return manifest.releases.find((r) => r.version === version);
+}
+
+/**
+ * The release a badge is meant to run: the newest of the fleet's release and any canary release
+ * naming this badge that is not promoted yet. Every publish is newer than all before it, so the
+ * manifest's order is version order and the last candidate is the newest.
+ */
+export function targetFor(manifest: Manifest, deviceId: string): ReleaseEntry | undefined {
+  return manifest.releases.findLast(
+    (r) => r.version === manifest.fleet || (r.canary === deviceId && r.promoted === null),
+  );
+}

@@ -1,0 +1,180 @@
+// Badges: issuing and revoking device tokens, authenticating badge requests, and each badge's
+// firmware state as the fleet view shows it. Device tokens (`dtk_test_...`, `dtk_live_...`) are
+// stored hashed like API keys (secrets.ts); they open the badge endpoints only, and API keys
+// open /v1 only.
+import type { Kysely } from "kysely";
+import { compareVersions, parseVersion, type Manifest } from "../../firmware/index.ts";
+import { newId } from "../ids.ts";
+import { findRelease, targetFor } from "../releases/release-store.ts";
+import * as devicesStore from "../store/devices-store.ts";
+import { latestFetch, latestReport } from "../store/ota-store.ts";
+import type { Database, Db, Livemode, OtaFetchesTable, OtaReportsTable } from "../store/schema.ts";
+import type { Mode } from "./api-keys.ts";
+import { lookupOf, newSecret, secretMatches } from "./secrets.ts";
+
+export type DeviceRow = devicesStore.DeviceRow;
+
+/** A badge that fetched an image and has not reported within this bound is "no_report". */
+export const NO_REPORT_AFTER_MS = 60 * 60 * 1000;
+
+export const FIRMWARE_STATES = ["current", "outdated", "unreleased", "updating", "failed", "no_report", "unknown"] as const;
+export type FirmwareState = (typeof FIRMWARE_STATES)[number];
+
+export class DeviceError extends Error {
+  override name = "DeviceError";
+}
+
+const DEVICE_TEXT_MAX = 40;
+
+function checkText(field: string, value: string) {
+  if (value.trim().length === 0 || value.length > DEVICE_TEXT_MAX || /[\u0000-\u001f\u007f]/.test(value)) {
+    throw new DeviceError(`--${field} must be 1 to ${DEVICE_TEXT_MAX} printable characters`);
+  }
+}
+
+export interface DeviceView {
+  id: string;
+  object: "device";
+  livemode: boolean;
+  name: string;
+  room: string;
+  model: string;
+  token_hint: string | null;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+function toView(row: DeviceRow): DeviceView {
+  return {
+    id: row.id,
+    object: "device",
+    livemode: row.livemode === 1,
+    name: row.name,
+    room: row.room,
+    model: row.model,
+    token_hint: row.token_hint,
+    created_at: row.created_at,
+    revoked_at: row.revoked_at,
+  };
+}
+
+export async function createDevice(
+  db: Kysely<Database>,
+  input: { mode: Mode; room: string; model: string; name?: string },
+): Promise<DeviceView & { token: string }> {
+  checkText("room", input.room);
+  checkText("model", input.model);
+  if (input.name !== undefined) checkText("name", input.name);
+  const livemode: Livemode = input.mode === "live" ? 1 : 0;
+  if (!(await devicesStore.roomExists(db, livemode, input.room))) {
+    throw new DeviceError(`no room ${input.room} in ${input.mode} mode; import the school first (badgebench import)`);
+  }
+  const token = newSecret(`dtk_${input.mode}_`);
+  const id = newId("dev");
+  const row: DeviceRow = {
+    id,
+    livemode,
+    room: input.room,
+    model: input.model,
+    name: input.name ?? `${input.model} in ${input.room}`,
+    created_at: new Date().toISOString(),
+    token_lookup: token.lookup,
+    token_hash: token.hash,
+    token_hint: token.hint,
+    revoked_at: null,
+    installed_version: null,
+    installed_display: null,
+    battery_volts: null,
+    charging: null,
+    last_check_at: null,
+    last_sync_at: null,
+    offered_version: null,
+    offered_at: null,
+  };
+  await devicesStore.insertDevice(db, row);
+  return { ...toView(row), token: token.secret };
+}
+
+export async function revokeDevice(db: Kysely<Database>, id: string): Promise<DeviceView> {
+  const row = await devicesStore.revokeDevice(db, id, new Date().toISOString());
+  if (!row) throw new DeviceError(`no device with id ${id}`);
+  return toView(row);
+}
+
+/** The badge a device token stands for, or undefined for an unknown or revoked token. */
+export async function authenticateDevice(db: Db, token: string): Promise<DeviceRow | undefined> {
+  const match = /^dtk_(test|live)_/.exec(token);
+  if (!match) return undefined;
+  const row = await devicesStore.findDeviceByTokenLookup(db, lookupOf(match[0], token));
+  if (!row || row.revoked_at !== null || row.token_hash === null) return undefined;
+  return secretMatches(token, row.token_hash) ? row : undefined;
+}
+
+export interface FirmwareStatus {
+  state: FirmwareState;
+  installed: { version: string; display: string | null } | null;
+  target_version: string | null;
+  last_fetch: { version: string; outcome: string; bytes_sent: number; size: number; started_at: string; ended_at: string | null } | null;
+  last_report: { version: string; outcome: "ok" | "err"; message: string | null; received_at: string } | null;
+}
+
+/**
+ * A badge's firmware state, first match wins:
+ * - updating / no_report: it fetched an image and has not reported since (no_report once the
+ *   fetch ended more than NO_REPORT_AFTER_MS ago);
+ * - failed: its last report is `ota=err` and it still runs something older than what failed;
+ * - unknown: it never checked in; unreleased: it runs a version never published (a USB flash);
+ * - outdated: it runs something older than its target release; current otherwise.
+ */
+export function firmwareStateOf(
+  device: DeviceRow,
+  manifest: Manifest,
+  fetch: OtaFetchesTable | undefined,
+  report: OtaReportsTable | undefined,
+  now: Date,
+): FirmwareStatus {
+  const target = targetFor(manifest, device.id);
+  const installed = device.installed_version === null ? null : parseVersion(device.installed_version);
+  const state = ((): FirmwareState => {
+    if (fetch && (!report || report.received_at < fetch.started_at)) {
+      const since = Date.parse(fetch.ended_at ?? fetch.started_at);
+      return fetch.outcome === "sending" || now.getTime() - since <= NO_REPORT_AFTER_MS ? "updating" : "no_report";
+    }
+    const failed = report?.outcome === "err" ? parseVersion(report.version) : null;
+    if (failed && (!installed || compareVersions(installed, failed) < 0)) return "failed";
+    if (!installed || device.installed_version === null) return "unknown";
+    if (!findRelease(manifest, device.installed_version)) return "unreleased";
+    const targetVersion = target && parseVersion(target.version);
+    if (targetVersion && compareVersions(installed, targetVersion) < 0) return "outdated";
+    return "current";
+  })();
+  return {
+    state,
+    installed: device.installed_version === null ? null : { version: device.installed_version, display: device.installed_display },
+    target_version: target?.version ?? null,
+    last_fetch: fetch
+      ? { version: fetch.version, outcome: fetch.outcome, bytes_sent: fetch.bytes_sent, size: fetch.size, started_at: fetch.started_at, ended_at: fetch.ended_at }
+      : null,
+    last_report: report
+      ? { version: report.version, outcome: report.outcome, message: report.message, received_at: report.received_at }
+      : null,
+  };
+}
+
+export interface FleetDeviceView extends DeviceView {
+  firmware: FirmwareStatus;
+  battery: { volts: number | null; charging: boolean | null };
+  last_check_at: string | null;
+  last_sync_at: string | null;
+}
+
+export async function fleetViewOf(db: Db, device: DeviceRow, manifest: Manifest, now: Date): Promise<FleetDeviceView> {
+  const [fetch, report] = await Promise.all([latestFetch(db, device.id), latestReport(db, device.id)]);
+  return {
+    ...toView(device),
+    firmware: firmwareStateOf(device, manifest, fetch, report, now),
+    battery: { volts: device.battery_volts, charging: device.charging === null ? null : device.charging === 1 },
+    last_check_at: device.last_check_at,
+    last_sync_at: device.last_sync_at,
+  };
+}

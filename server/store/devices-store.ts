@@ -1,0 +1,82 @@
+import type { Db, DevicesTable, Livemode } from "./schema.ts";
+
+export type DeviceRow = DevicesTable;
+
+export async function insertDevice(db: Db, row: DeviceRow): Promise<void> {
+  await db.insertInto("devices").values(row).execute();
+}
+
+export async function findDevice(db: Db, id: string, livemode?: Livemode): Promise<DeviceRow | undefined> {
+  let query = db.selectFrom("devices").selectAll().where("id", "=", id);
+  if (livemode !== undefined) query = query.where("livemode", "=", livemode);
+  return query.executeTakeFirst();
+}
+
+export async function findDeviceByTokenLookup(db: Db, lookup: string): Promise<DeviceRow | undefined> {
+  return db.selectFrom("devices").selectAll().where("token_lookup", "=", lookup).executeTakeFirst();
+}
+
+export async function listDevices(
+  db: Db,
+  filter: { livemode?: Livemode; room?: string; after?: [string, string]; limit?: number } = {},
+): Promise<DeviceRow[]> {
+  let query = db.selectFrom("devices").selectAll();
+  if (filter.livemode !== undefined) query = query.where("livemode", "=", filter.livemode);
+  if (filter.room !== undefined) query = query.where("room", "=", filter.room);
+  if (filter.after !== undefined) {
+    const after = filter.after;
+    query = query.where((eb) => eb(eb.refTuple("created_at", "id"), ">", eb.tuple(after[0], after[1])));
+  }
+  query = query.orderBy("created_at").orderBy("id");
+  if (filter.limit !== undefined) query = query.limit(filter.limit);
+  return query.execute();
+}
+
+export async function revokeDevice(db: Db, id: string, now: string): Promise<DeviceRow | undefined> {
+  await db.updateTable("devices").set({ revoked_at: now }).where("id", "=", id).where("revoked_at", "is", null).execute();
+  return findDevice(db, id);
+}
+
+/** What a badge said about itself in a check or a sync. */
+export interface DeviceReport {
+  installed_version: string;
+  installed_display: string | null;
+  battery_volts: number | null;
+  charging: Livemode | null;
+}
+
+export async function recordCheck(
+  db: Db,
+  id: string,
+  report: DeviceReport,
+  now: string,
+  offeredVersion: string | null,
+): Promise<void> {
+  await db
+    .updateTable("devices")
+    .set({
+      ...report,
+      last_check_at: now,
+      ...(offeredVersion === null ? {} : { offered_version: offeredVersion, offered_at: now }),
+    })
+    .where("id", "=", id)
+    .execute();
+}
+
+export async function recordSync(db: Db, id: string, report: DeviceReport, now: string): Promise<void> {
+  await db
+    .updateTable("devices")
+    .set({ ...report, last_sync_at: now })
+    .where("id", "=", id)
+    .execute();
+}
+
+export async function roomExists(db: Db, livemode: Livemode, code: string): Promise<boolean> {
+  const row = await db
+    .selectFrom("rooms")
+    .select("code")
+    .where("livemode", "=", livemode)
+    .where("code", "=", code)
+    .executeTakeFirst();
+  return row !== undefined;
+}
