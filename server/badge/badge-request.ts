@@ -29,7 +29,7 @@ const malformed = (code: string, message: string) => new BadgeError(400, code, m
 export function parseBadgeRequest(body: unknown, repeatable: readonly string[] = []): BadgeRequest {
   if (typeof body !== "string" || body.length === 0) throw malformed("malformed_request", "the body is empty; send key=value lines");
   const parsed = parseRequest(body);
-  if (!parsed.ok) throw malformed("malformed_request", `line ${parsed.line}: ${parsed.message}`);
+  if (!parsed.ok) throw malformed("malformed_request", parsed.message);
   const single = new Map<string, string>();
   const repeated = new Map<string, { line: number; value: string }[]>(repeatable.map((key) => [key, []]));
   parsed.pairs.forEach(([key, value], index) => {
