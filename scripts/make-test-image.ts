@@ -28,6 +28,7 @@ export function parseSize(text: string): number | null {
 export function makeTestImage(out: string, options: BuildImageOptions): TestImageSummary {
   const image = buildAppImage(options);
   const file = path.resolve(out);
+  fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, image);
   return { path: file, version: options.version, size: image.length, md5: md5Hex(image), sha256: sha256Hex(image) };
 }

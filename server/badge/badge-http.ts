@@ -80,7 +80,7 @@ export function badgeErrorMiddleware(logger: Logger) {
     } else if ((error as BodyParserError).type === "request.aborted") {
       badgeError = new BadgeError(400, "request_aborted", "the request was cut before its body ended");
     } else if (typeof (error as BodyParserError).type === "string") {
-      badgeError = new BadgeError(400, "malformed_request", "the request body could not be read as UTF-8 text");
+      badgeError = new BadgeError(400, "malformed_request", "the request body could not be read as text (unsupported charset or encoding)");
     } else {
       logger.error({ err: error, method: req.method, url: req.originalUrl }, "badge request failed");
       badgeError = new BadgeError(500, "server_error", "the server failed; it has been logged", RECHECK_AFTER_S.serverTrouble);
