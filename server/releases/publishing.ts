@@ -55,7 +55,7 @@ export interface PublishInput {
 }
 
 // Control characters would break the badge's line format, where one note is one line.
-const hasControlChars = (text: string) => /[\u0000-\u001f\u007f]/.test(text);
+const hasControlChars = (text: string) => /\p{Cc}/u.test(text);
 
 function checkArguments(input: PublishInput): Refusal[] {
   const refusals: Refusal[] = [];
@@ -109,7 +109,10 @@ function readImage(imagePath: string): { bytes?: Uint8Array; refusal?: Refusal }
       },
     };
   }
-  return { bytes: fs.readFileSync(imagePath) };
+  const bytes = fs.readFileSync(imagePath);
+  // Checked again on what was read: the file may have grown since the stat.
+  if (bytes.length > OTA_SLOT_BYTES) return readImage(imagePath);
+  return { bytes };
 }
 
 function checkImage(bytes: Uint8Array, input: PublishInput): Refusal[] {
@@ -230,7 +233,7 @@ export async function promoteRelease(
         { code: "release_superseded", message: `the fleet already runs ${newer.version}, which is newer than ${version}` },
       ]);
     }
-    const report = await latestOkReport(db, entry.canary, version);
+    const report = await latestOkReport(db, entry.canary, version, entry.published_at);
     if (!report && !options.force) {
       throw new PublishRefusal(what, [
         {

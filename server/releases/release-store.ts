@@ -74,33 +74,65 @@ export class ReleaseStore {
     return file;
   }
 
+  /** Replaces the manifest; one that would not read back is refused, so no path can write it. */
   replaceManifest(manifest: Manifest): void {
+    const check = parseManifest(manifest);
+    if (!check.ok) throw new ReleaseStoreError(`refusing to write an invalid manifest: ${check.message}`);
     fs.mkdirSync(this.dir, { recursive: true });
     this.#writeDurably(this.manifestFile, `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
   }
 
   /**
    * Holds the publish lock while `work` runs, so two publishes cannot both read the same
-   * manifest and each write their own successor. Returns what `work` returns.
+   * manifest and each write their own successor. A lock left by a publish that was killed (its
+   * process is gone) is taken over, and the temp files such a publish may have left are removed.
    */
   async withLock<T>(work: () => Promise<T>): Promise<T> {
     fs.mkdirSync(this.dir, { recursive: true });
     const lockFile = path.join(this.dir, LOCK_FILE);
-    let fd: number;
-    try {
-      fd = fs.openSync(lockFile, "wx");
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
-      throw new ReleaseStoreError(
-        `another publish holds ${lockFile}; wait for it, or delete the file if no publish is running`,
-      );
+    const fd = this.#acquire(lockFile) ?? (this.#removeIfStale(lockFile) ? this.#acquire(lockFile) : undefined);
+    if (fd === undefined) {
+      throw new ReleaseStoreError(`another publish holds ${lockFile}; wait for it, or delete the file if no publish is running`);
     }
     try {
       fs.writeSync(fd, `${process.pid}\n`);
+      this.#removeTempFiles();
       return await work();
     } finally {
       fs.closeSync(fd);
       fs.rmSync(lockFile, { force: true });
+    }
+  }
+
+  #acquire(lockFile: string): number | undefined {
+    try {
+      return fs.openSync(lockFile, "wx");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "EEXIST") return undefined;
+      throw error;
+    }
+  }
+
+  /** Removes the lock when the process it names no longer exists; an empty lock is being written. */
+  #removeIfStale(lockFile: string): boolean {
+    const pid = Number.parseInt(fs.readFileSync(lockFile, "utf8"), 10);
+    if (!Number.isInteger(pid) || pid <= 0) return false;
+    try {
+      process.kill(pid, 0);
+      return false;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "ESRCH") return false;
+    }
+    fs.rmSync(lockFile, { force: true });
+    return true;
+  }
+
+  #removeTempFiles(): void {
+    for (const dir of [this.dir, this.imagesDir]) {
+      if (!fs.existsSync(dir)) continue;
+      for (const name of fs.readdirSync(dir)) {
+        if (name.startsWith(".") && name.endsWith(".tmp")) fs.rmSync(path.join(dir, name), { force: true });
+      }
     }
   }
 

@@ -48,11 +48,13 @@ export async function latestReport(db: Db, deviceId: string): Promise<OtaReports
     .executeTakeFirst();
 }
 
-export async function latestOkReport(db: Db, deviceId: string, version: string): Promise<OtaReportsTable | undefined> {
+/** The badge's latest `ota=ok|<version>` received after `since` (a report from before a publish says nothing about it). */
+export async function latestOkReport(db: Db, deviceId: string, version: string, since: string): Promise<OtaReportsTable | undefined> {
   return db
     .selectFrom("ota_reports")
     .selectAll()
     .where("device_id", "=", deviceId)
+    .where("received_at", ">", since)
     .where("version", "=", version)
     .where("outcome", "=", "ok")
     .orderBy("received_at", "desc")

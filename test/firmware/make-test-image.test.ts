@@ -67,10 +67,19 @@ describe("make-test-image script", () => {
     expect(fs.existsSync(path.join(ROOT, "x.bin"))).toBe(false);
   });
 
+  it("creates the output's directory", () => {
+    const out = path.join(dir, "build", "nested", "x.bin");
+    const result = makeImage("--version", "1.0.0", "--out", out, "--json");
+    expect(result.code).toBe(0);
+    expect(fs.statSync(out).size).toBe(JSON.parse(result.stdout).size);
+  });
+
   it("reports a file it cannot write as one JSON error (exit 1)", () => {
-    const result = makeImage("--version", "1.0.0", "--out", path.join(dir, "missing", "x.bin"), "--json");
+    const notADirectory = path.join(dir, "plain-file");
+    fs.writeFileSync(notADirectory, "");
+    const result = makeImage("--version", "1.0.0", "--out", path.join(notADirectory, "x.bin"), "--json");
     expect(result.code).toBe(1);
-    expect(JSON.parse(result.stdout)).toEqual({ error: { code: "write_failed", message: expect.stringContaining("ENOENT") } });
+    expect(JSON.parse(result.stdout)).toEqual({ error: { code: "write_failed", message: expect.stringContaining("EEXIST") } });
   });
 });
 
