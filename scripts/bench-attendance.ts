@@ -6,14 +6,10 @@
 //      run (target >= 0.3), with `--sync full` and, on a second line, `--sync normal`.
 // Everything runs on 127.0.0.1 in a fresh temporary data directory that is deleted at the end.
 // Usage: npx tsx scripts/bench-attendance.ts [--records N] [--json]
-import { spawn, type ChildProcess } from "node:child_process";
-import fs from "node:fs";
 import http from "node:http";
-import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
-import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import SQLite from "better-sqlite3";
 import { Kysely, SqliteDialect, type CompiledQuery } from "kysely";
@@ -25,9 +21,19 @@ import { importSchool, type SchoolFile } from "../server/services/school-import.
 import * as attendanceStore from "../server/store/attendance-store.ts";
 import { openStore, type Store, type SyncMode } from "../server/store/database.ts";
 import type { Database, RecordsTable } from "../server/store/schema.ts";
-
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const CLI = path.join(ROOT, "scripts", "badgebench.js");
+import {
+  benchHello,
+  load,
+  log,
+  percentile,
+  round,
+  spawnBadgebench,
+  stopServer,
+  withTempDir,
+  type AutocannonRequest,
+  type LoadResult,
+  type LoadSettings,
+} from "./bench-common.ts";
 
 const TARGETS = { lastFirstRatio: 1.5, rollMedianMs: 5, createRatio: 0.3 };
 
@@ -37,23 +43,11 @@ const CLASS_SIZE = 300;
 const PAGE_LIMIT = 200;
 const PAGE_REPEATS = 20;
 const ROLL_REQUESTS = 200;
-const LOAD = { connections: 10, durationS: 10, warmupS: 2 };
+const LOAD: LoadSettings = { connections: 10, durationS: 10, warmupS: 2 };
 
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-function log(message: string): void {
-  // Progress goes to stderr so that `--json` leaves exactly one object on stdout.
-  process.stderr.write(`[bench] ${message}\n`);
-}
-
-/** Nearest-rank percentile: an actually observed sample, never an interpolation. */
-function percentile(samples: number[], p: number): number {
-  const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)]!;
-}
-
-const round = (value: number, digits = 2) => Number(value.toFixed(digits));
 const DAY_MS = 86_400_000;
 const addDays = (date: string, days: number) => new Date(Date.parse(`${date}T00:00:00Z`) + days * DAY_MS).toISOString().slice(0, 10);
 
@@ -428,106 +422,6 @@ async function benchRoll(url: string, token: string, sessionId: string): Promise
 // ---------------------------------------------------------------------------------------------
 // 3. Create throughput: each server in its own child process, loaded by autocannon from here.
 
-// autocannon ships no types; this is the part of its API used here.
-interface AutocannonRequest {
-  method?: string;
-  path?: string;
-  headers?: Record<string, string>;
-  body?: string;
-  setupRequest?: (req: AutocannonRequest) => AutocannonRequest;
-}
-interface AutocannonResult {
-  requests: { average: number; total: number };
-  non2xx: number;
-  errors: number;
-  timeouts: number;
-  "2xx": number;
-  latency: { p50: number; p99: number };
-}
-type Autocannon = (options: {
-  url: string;
-  connections: number;
-  duration: number;
-  requests?: AutocannonRequest[];
-}) => Promise<AutocannonResult>;
-const autocannon = createRequire(import.meta.url)("autocannon") as Autocannon;
-
-const children = new Set<ChildProcess>();
-
-/** Spawns a server that prints `listening on URL` and resolves with that URL. */
-function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
-  children.add(child);
-  child.once("exit", () => children.delete(child));
-  return new Promise((resolve, reject) => {
-    let out = "";
-    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 30_000);
-    child.stdout!.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      const match = /listening on (http:\/\/\S+)/.exec(out);
-      if (match) {
-        clearTimeout(timer);
-        resolve({ child, url: match[1]! });
-      }
-    });
-    child.once("exit", (code) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited with ${code} before listening: ${out}`));
-    });
-  });
-}
-
-async function stopServer(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  await exited;
-}
-
-// An express() app with one route, in its own process: the ceiling for any Express route here.
-const HELLO_SERVER = `
-import express from "express";
-const app = express();
-app.get("/", (_req, res) => { res.send("hello"); });
-const server = app.listen(0, "127.0.0.1", () => process.stdout.write("listening on http://127.0.0.1:" + server.address().port + "\\n"));
-process.once("SIGTERM", () => server.close(() => process.exit(0)));
-`;
-
-interface LoadResult {
-  rps: number;
-  total: number;
-  non2xx: number;
-  errors: number;
-  timeouts: number;
-  p50_ms: number;
-  p99_ms: number;
-}
-
-/** A warm-up run (not counted) and then the measured run, same connections and duration for every server. */
-async function load(url: string, requests?: AutocannonRequest[]): Promise<LoadResult> {
-  const warm = await autocannon({ url, connections: LOAD.connections, duration: LOAD.warmupS, requests });
-  const r = await autocannon({ url, connections: LOAD.connections, duration: LOAD.durationS, requests });
-  return {
-    rps: round(r.requests.average, 1),
-    total: r.requests.total,
-    // Failures in the warm-up count too: they would mean the pair pool was misused.
-    non2xx: r.non2xx + warm.non2xx,
-    errors: r.errors + warm.errors,
-    timeouts: r.timeouts,
-    p50_ms: r.latency.p50,
-    p99_ms: r.latency.p99,
-  };
-}
-
-async function benchHello(): Promise<LoadResult> {
-  const { child, url } = await spawnServer(["--input-type=module", "-e", HELLO_SERVER]);
-  try {
-    return await load(`${url}/`);
-  } finally {
-    await stopServer(child);
-  }
-}
-
 // The pool of distinct (session, student) pairs the creates walk through: enough for far more
 // creates than a 2-core machine can do in warm-up plus run, so no request ever hits a 409.
 const CREATE_COURSES = 4;
@@ -560,11 +454,9 @@ async function benchCreates(dataDir: string, sync: SyncMode): Promise<LoadResult
       };
     },
   };
-  const { child, url } = await spawnServer([CLI, "serve", "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync], {
-    LOG_LEVEL: "warn",
-  });
+  const { child, url } = await spawnBadgebench(dataDir, sync);
   try {
-    const result = await load(url, [create]);
+    const result = await load(url, LOAD, [create]);
     if (exhausted) throw new Error(`the pool of ${pool} (session, student) pairs ran out; raise CREATE_SESSIONS_PER_COURSE`);
     return { ...result, pool };
   } finally {
@@ -627,21 +519,10 @@ async function main(): Promise<void> {
   if (!Number.isInteger(records) || records < 1) throw new Error(`--records must be a positive whole number, got ${values.records}`);
 
   const started = performance.now();
-  const tmp = await fs.promises.mkdtemp(path.join(os.tmpdir(), "badgebench-bench-"));
-  const cleanup = () => {
-    for (const child of children) child.kill("SIGKILL");
-    fs.rmSync(tmp, { recursive: true, force: true });
-  };
-  const interrupted = () => {
-    cleanup();
-    process.exit(130);
-  };
-  process.once("SIGINT", interrupted);
-  process.once("SIGTERM", interrupted);
-  try {
+  await withTempDir("badgebench-bench-", async (tmp) => {
     const reads = await benchReads(path.join(tmp, "reads"), records);
     log("measuring hello-world express");
-    const hello = await benchHello();
+    const hello = await benchHello(LOAD);
     const runs = [];
     for (const sync of ["full", "normal"] as const) {
       log(`measuring creates with --sync ${sync}`);
@@ -661,10 +542,7 @@ async function main(): Promise<void> {
     };
     if (values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
     else printTable(report);
-  } finally {
-    agent.destroy();
-    cleanup();
-  }
+  }).finally(() => agent.destroy());
 }
 
 await main();

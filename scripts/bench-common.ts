@@ -1,0 +1,233 @@
+// Shared pieces of the benchmark scripts (bench-*.ts): progress logging, percentiles, servers
+// in child processes (badgebench exactly as `badgebench serve` starts it, and the bare Express
+// hello-world baseline), the autocannon wrapper, a temporary directory that is removed however
+// the run ends, and a process's memory from /proc.
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import type { SyncMode } from "../server/store/database.ts";
+
+export const ROOT = fileURLToPath(new URL("..", import.meta.url));
+export const CLI = path.join(ROOT, "scripts", "badgebench.js");
+
+export function log(message: string): void {
+  // Progress goes to stderr so that `--json` leaves exactly one object on stdout.
+  process.stderr.write(`[bench] ${message}\n`);
+}
+
+/** Nearest-rank percentile: an actually observed sample, never an interpolation. */
+export function percentile(samples: number[], p: number): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.ceil((p / 100) * sorted.length) - 1)]!;
+}
+
+/** The median of a few repeated runs (the mean of the middle two for an even count). */
+export function median(samples: number[]): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+export const round = (value: number, digits = 2) => Number(value.toFixed(digits));
+
+/** The command line that reproduces this run, for the report. */
+export function commandLine(script: string): string {
+  return ["npx tsx", `scripts/${script}`, ...process.argv.slice(2)].join(" ");
+}
+
+/** A positive whole number from a command-line flag, or an error naming the flag. */
+export function positiveInt(name: string, value: string | undefined): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive whole number, got ${value}`);
+  return n;
+}
+
+export function syncModeOf(value: string | undefined): SyncMode {
+  if (value !== "full" && value !== "normal") throw new Error(`--sync must be full or normal, got ${value}`);
+  return value;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: every one started here is killed if the run ends early.
+
+const children = new Set<ChildProcess>();
+
+export function track(child: ChildProcess): ChildProcess {
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+  return child;
+}
+
+export function killChildren(): void {
+  for (const child of children) child.kill("SIGKILL");
+}
+
+/** Spawns a node process that prints `listening on URL` and resolves with that URL. */
+export function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ child: ChildProcess; url: string }> {
+  const child = track(spawn(process.execPath, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] }));
+  return new Promise((resolve, reject) => {
+    let out = "";
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 30_000);
+    child.stdout!.on("data", (chunk: Buffer) => {
+      out += chunk.toString();
+      const match = /listening on (http:\/\/\S+)/.exec(out);
+      if (match) {
+        clearTimeout(timer);
+        resolve({ child, url: match[1]! });
+      }
+    });
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code} before listening: ${out}`));
+    });
+  });
+}
+
+export async function stopServer(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  await exited;
+}
+
+/**
+ * The badgebench server in its own process, started as `badgebench serve` is, on a free port of
+ * 127.0.0.1. With `cpuProfDir` node writes a .cpuprofile there when the server stops.
+ */
+export function spawnBadgebench(dataDir: string, sync: SyncMode, options: { cpuProfDir?: string } = {}) {
+  const nodeArgs = options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [];
+  return spawnServer([...nodeArgs, CLI, "serve", "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync], { LOG_LEVEL: "warn" });
+}
+
+// An express() app with one route, in its own process: the ceiling for any Express route here.
+const HELLO_SERVER = `
+import express from "express";
+const app = express();
+app.get("/", (_req, res) => { res.send("hello"); });
+const server = app.listen(0, "127.0.0.1", () => process.stdout.write("listening on http://127.0.0.1:" + server.address().port + "\\n"));
+process.once("SIGTERM", () => server.close(() => process.exit(0)));
+`;
+
+/** The bare Express 5 hello-world baseline (`app.get("/", (req, res) => res.send("hello"))`). */
+export function spawnHello() {
+  return spawnServer(["--input-type=module", "-e", HELLO_SERVER]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// autocannon (it ships no types; this is the part of its API used here)
+
+export interface AutocannonRequest {
+  method?: string;
+  path?: string;
+  headers?: Record<string, string>;
+  body?: string;
+  setupRequest?: (req: AutocannonRequest) => AutocannonRequest;
+}
+interface AutocannonResult {
+  requests: { average: number; total: number };
+  non2xx: number;
+  errors: number;
+  timeouts: number;
+  "2xx": number;
+  latency: { p50: number; p99: number };
+}
+type Autocannon = (options: { url: string; connections: number; duration: number; requests?: AutocannonRequest[] }) => Promise<AutocannonResult>;
+const autocannon = createRequire(import.meta.url)("autocannon") as Autocannon;
+
+export interface LoadSettings {
+  connections: number;
+  durationS: number;
+  warmupS: number;
+}
+
+export interface LoadResult {
+  rps: number;
+  total: number;
+  non2xx: number;
+  errors: number;
+  timeouts: number;
+  p50_ms: number;
+  p99_ms: number;
+}
+
+/** A warm-up run (not counted) and then the measured run, same connections and duration for every server. */
+export async function load(url: string, settings: LoadSettings, requests?: AutocannonRequest[]): Promise<LoadResult> {
+  const warm = await autocannon({ url, connections: settings.connections, duration: settings.warmupS, requests });
+  const r = await autocannon({ url, connections: settings.connections, duration: settings.durationS, requests });
+  return {
+    rps: round(r.requests.average, 1),
+    total: r.requests.total,
+    // Failures in the warm-up count too: they would mean the request set-up was wrong.
+    non2xx: r.non2xx + warm.non2xx,
+    errors: r.errors + warm.errors,
+    timeouts: r.timeouts,
+    p50_ms: r.latency.p50,
+    p99_ms: r.latency.p99,
+  };
+}
+
+/** The hello-world baseline: started, loaded with `settings`, stopped. */
+export async function benchHello(settings: LoadSettings): Promise<LoadResult> {
+  const { child, url } = await spawnHello();
+  try {
+    return await load(`${url}/`, settings);
+  } finally {
+    await stopServer(child);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run's temporary directory
+
+/**
+ * Runs `work` with a fresh temporary directory; afterwards, and on Ctrl-C or SIGTERM, every
+ * child process started here is killed and the directory is removed.
+ */
+export async function withTempDir<T>(prefix: string, work: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await fs.promises.mkdtemp(path.join(os.tmpdir(), prefix));
+  const cleanup = () => {
+    killChildren();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  const interrupted = () => {
+    cleanup();
+    process.exit(130);
+  };
+  process.once("SIGINT", interrupted);
+  process.once("SIGTERM", interrupted);
+  try {
+    return await work(dir);
+  } finally {
+    process.off("SIGINT", interrupted);
+    process.off("SIGTERM", interrupted);
+    cleanup();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory of a running process
+
+export interface ProcMemory {
+  /** resident set size now (VmRSS), bytes */
+  rss: number;
+  /** peak resident set size so far (VmHWM), bytes */
+  hwm: number;
+}
+
+/** VmRSS and VmHWM from /proc/<pid>/status; undefined once the process is gone (or off Linux). */
+export function procMemory(pid: number): ProcMemory | undefined {
+  let status: string;
+  try {
+    status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+  } catch {
+    return undefined;
+  }
+  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN) * 1024;
+  return { rss: kib("VmRSS"), hwm: kib("VmHWM") };
+}
+
+export const MB = 1_000_000;
+export const MiB = 1024 * 1024;
