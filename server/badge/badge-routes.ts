@@ -7,6 +7,7 @@ import type { Logger } from "pino";
 import { MAX_REQUEST_BYTES } from "../../firmware/index.ts";
 import type { ReleaseStore } from "../releases/release-store.ts";
 import type { Database } from "../store/schema.ts";
+import { WriteBatcher } from "../store/write-batcher.ts";
 import { badgeErrorMiddleware, BadgeError, deviceAuth } from "./badge-http.ts";
 import { otaCheck } from "./ota-check.ts";
 import { otaDownload } from "./ota-download.ts";
@@ -14,11 +15,12 @@ import { badgeSync } from "./sync.ts";
 
 export function badgeRoutes(deps: { db: Kysely<Database>; releases: ReleaseStore; logger: Logger }): Router {
   const router = Router();
+  const writes = new WriteBatcher(deps.db);
   router.use(deviceAuth(deps.db));
   const textBody = express.text({ type: () => true, limit: MAX_REQUEST_BYTES, defaultCharset: "utf-8" });
-  router.post("/ota/check", textBody, otaCheck(deps.db, deps.releases));
-  router.get("/ota/download", otaDownload(deps.db, deps.releases, deps.logger));
-  router.post("/sync", textBody, badgeSync(deps.db));
+  router.post("/ota/check", textBody, otaCheck(writes, deps.releases));
+  router.get("/ota/download", otaDownload(writes, deps.releases, deps.logger));
+  router.post("/sync", textBody, badgeSync(writes));
   router.use((req) => {
     throw new BadgeError(404, "route_unknown", `no badge endpoint ${req.method} ${req.path}`);
   });

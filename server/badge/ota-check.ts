@@ -7,13 +7,13 @@ import type { Request, Response } from "express";
 import { compareVersions, parseVersion, type ResponseLine } from "../../firmware/index.ts";
 import { targetFor, type ReleaseStore } from "../releases/release-store.ts";
 import { recordCheck } from "../store/devices-store.ts";
-import type { Db } from "../store/schema.ts";
+import type { WriteBatcher } from "../store/write-batcher.ts";
 import { deviceOf, RECHECK_AFTER_S, refusalLine, sendLines } from "./badge-http.ts";
 import { MIN_INSTALL_VOLTS, parseBadgeRequest } from "./badge-request.ts";
 
 export const downloadPath = (version: string) => `/api/badge/ota/download?v=${encodeURIComponent(version)}`;
 
-export function otaCheck(db: Db, releases: ReleaseStore) {
+export function otaCheck(writes: WriteBatcher, releases: ReleaseStore) {
   return async (req: Request, res: Response) => {
     const device = deviceOf(req);
     const { status } = parseBadgeRequest(req.body);
@@ -43,18 +43,14 @@ export function otaCheck(db: Db, releases: ReleaseStore) {
         ...target.notes.map((note) => ({ letter: "L", value: note })),
       ];
     }
-    await recordCheck(
-      db,
-      device.id,
-      {
-        installed_version: status.version.text,
-        installed_display: status.display,
-        battery_volts: status.battery,
-        charging: status.charging ? 1 : 0,
-      },
-      new Date().toISOString(),
-      offered,
-    );
+    const report = {
+      installed_version: status.version.text,
+      installed_display: status.display,
+      battery_volts: status.battery,
+      charging: status.charging ? (1 as const) : (0 as const),
+    };
+    const now = new Date().toISOString();
+    await writes.run((trx) => recordCheck(trx, device.id, report, now, offered));
     sendLines(res, 200, recheck, lines);
   };
 }

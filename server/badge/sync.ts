@@ -13,7 +13,7 @@
 // nothing: a tap is identified by badge, card and second and answered as it was the first
 // time; a report equal to the badge's last one, with no download since, is not stored again.
 import type { Request, Response } from "express";
-import type { Kysely } from "kysely";
+import type { Transaction } from "kysely";
 import { parseVersion, type ResponseLine } from "../../firmware/index.ts";
 import { newId } from "../ids.ts";
 import { captureFromDevice, writeEvent } from "../services/attendance.ts";
@@ -23,7 +23,7 @@ import { recordSync } from "../store/devices-store.ts";
 import { findTap, insertTap, sessionAt } from "../store/taps-store.ts";
 import { insertReport, latestFetch, latestReport } from "../store/ota-store.ts";
 import type { Database, DeviceTapsTable } from "../store/schema.ts";
-import type { Transaction } from "kysely";
+import type { WriteBatcher } from "../store/write-batcher.ts";
 import { BadgeError, deviceOf, RECHECK_AFTER_S, sendLines } from "./badge-http.ts";
 import { parseBadgeRequest } from "./badge-request.ts";
 
@@ -120,14 +120,14 @@ async function storeReport(trx: Transaction<Database>, device: DeviceRow, report
   }, now);
 }
 
-export function badgeSync(db: Kysely<Database>) {
+export function badgeSync(writes: WriteBatcher) {
   return async (req: Request, res: Response) => {
     const device = deviceOf(req);
     const request = parseBadgeRequest(req.body, ["tap"]);
     const taps = parseTaps(request.repeated.get("tap") ?? []);
     const report = parseReport(request.single.get("ota"));
     const now = new Date();
-    const answers = await db.transaction().execute(async (trx) => {
+    const answers = await writes.run(async (trx) => {
       await recordSync(
         trx,
         device.id,

@@ -6,11 +6,13 @@
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
-import { EMPTY_MANIFEST, parseManifest, type Manifest, type ReleaseEntry } from "../../firmware/index.ts";
+import { EMPTY_MANIFEST, parseManifest, sha256Hex, type Manifest, type ReleaseEntry } from "../../firmware/index.ts";
 
 export const RELEASES_DIR = "releases";
 const MANIFEST_FILE = "manifest.json";
 const LOCK_FILE = "publish.lock";
+/** Images kept in memory: the fleet's release and a few canaries (each at most 1.875 MiB). */
+const CACHED_IMAGES = 4;
 
 export class ReleaseStoreError extends Error {
   override name = "ReleaseStoreError";
@@ -28,6 +30,7 @@ export class ReleaseStore {
   readonly imagesDir: string;
   readonly manifestFile: string;
   #cached: CachedManifest | undefined;
+  readonly #images = new Map<string, Buffer>();
 
   constructor(dataDir: string) {
     this.dir = path.join(dataDir, RELEASES_DIR);
@@ -62,6 +65,23 @@ export class ReleaseStore {
 
   imagePath(entry: ReleaseEntry): string {
     return path.join(this.imagesDir, entry.file);
+  }
+
+  /**
+   * The image's bytes, read once and kept: images never change, and hundreds of badges
+   * downloading the same release then share one buffer instead of each reading the file.
+   * Checked against the manifest's SHA-256 when read, so a damaged file is never served.
+   */
+  async imageBytes(entry: ReleaseEntry): Promise<Buffer> {
+    const cached = this.#images.get(entry.file);
+    if (cached) return cached;
+    const bytes = await fs.promises.readFile(this.imagePath(entry));
+    if (bytes.length !== entry.size || sha256Hex(bytes) !== entry.sha256) {
+      throw new ReleaseStoreError(`release image ${this.imagePath(entry)} does not match its manifest entry (size or SHA-256)`);
+    }
+    if (this.#images.size >= CACHED_IMAGES) this.#images.delete(this.#images.keys().next().value!);
+    this.#images.set(entry.file, bytes);
+    return bytes;
   }
 
   /** Writes an image under a name of its own; an identical existing file is reused, never overwritten. */

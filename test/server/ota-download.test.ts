@@ -71,21 +71,22 @@ describe("an HTTP/1.0 download", () => {
     expect(response.body.length).toBe(image.length);
   });
 
-  it("records a download the badge abandons as cut", async () => {
+  it("records a download whose badge went away as cut, with the bytes handed over before", async () => {
     const { port } = new URL(h.url);
     const before = (await fetches()).length;
     await new Promise<void>((resolve) => {
       const socket = net.connect(Number(port), "127.0.0.1", () => {
-        socket.write(`GET /api/badge/ota/download?v=2.0.0 HTTP/1.0\r\nAuthorization: Bearer ${h.devices.r1.token}\r\n\r\n`);
-      });
-      socket.once("data", () => {
-        socket.resetAndDestroy();
-        resolve();
+        const request = `GET /api/badge/ota/download?v=2.0.0 HTTP/1.0\r\nAuthorization: Bearer ${h.devices.r1.token}\r\n\r\n`;
+        socket.write(request, () => {
+          socket.resetAndDestroy();
+          resolve();
+        });
       });
     });
     await expect.poll(async () => (await fetches())[before]?.outcome, { timeout: 5000 }).toBe("cut");
     const cut = (await fetches())[before]!;
     expect(cut.bytes_sent).toBeLessThan(image.length);
+    expect(cut.ended_at).not.toBeNull();
   });
 });
 
