@@ -1,0 +1,63 @@
+// The second-stage bootloader's choice: the slot otadata selects (ota_0 when otadata is blank),
+// verified like ESP-IDF verifies an app image (header, segments, checksum, appended SHA-256);
+// when that image does not verify, the other slot is tried, as the ESP-IDF bootloader falls
+// back. The image's own app descriptor says which version runs.
+import { inspectAppImage, IMAGE_HEADER_BYTES, IMAGE_MAGIC, MAX_SEGMENTS, OTA_SLOT_BYTES, SEGMENT_HEADER_BYTES } from "../../firmware/index.ts";
+import type { Flash } from "./flash.ts";
+import { otherSlot, selectedSlot, type SlotName } from "./otadata.ts";
+
+const HASH_FLAG_OFFSET = 0x17;
+const DIGEST_BYTES = 32;
+
+export interface BootImage {
+  slot: SlotName;
+  version: string;
+  /** the image's bytes, a view of the slot */
+  image: Uint8Array;
+  /** the slot otadata selected, when its image did not verify and the other slot booted instead */
+  rejected: { slot: SlotName; problem: string } | null;
+}
+
+/** Thrown when neither slot holds an image that verifies: the chip cannot start. */
+export class NoBootableImageError extends Error {
+  override name = "NoBootableImageError";
+}
+
+export function loadBootImage(flash: Flash): BootImage {
+  const selected = selectedSlot(flash.otadata) ?? "ota_0";
+  const first = verifySlot(flash, selected);
+  if (first.ok) return { slot: selected, version: first.version, image: first.image, rejected: null };
+  const fallback = otherSlot(selected);
+  const second = verifySlot(flash, fallback);
+  if (second.ok) return { slot: fallback, version: second.version, image: second.image, rejected: { slot: selected, problem: first.problem } };
+  throw new NoBootableImageError(`no bootable image: ${selected}: ${first.problem}; ${fallback}: ${second.problem}`);
+}
+
+type Verification = { ok: true; version: string; image: Uint8Array } | { ok: false; problem: string };
+
+function verifySlot(flash: Flash, slot: SlotName): Verification {
+  const bytes = flash.slot(slot);
+  const length = imageLength(bytes);
+  if (typeof length === "string") return { ok: false, problem: length };
+  const image = flash.readSlot(slot, 0, length);
+  const inspection = inspectAppImage(image);
+  if (inspection.problems.length > 0) return { ok: false, problem: inspection.problems.join("; ") };
+  if (!inspection.appDesc) return { ok: false, problem: "no app descriptor" };
+  return { ok: true, version: inspection.appDesc.version, image };
+}
+
+/** Where the image in a slot ends, read from its header and segment headers, or why it cannot be read. */
+function imageLength(slot: Uint8Array): number | string {
+  if (slot[0] !== IMAGE_MAGIC) return `first byte is 0x${slot[0]!.toString(16)}, not an app image`;
+  const segments = slot[1]!;
+  if (segments === 0 || segments > MAX_SEGMENTS) return `${segments} segments`;
+  const view = new DataView(slot.buffer, slot.byteOffset, slot.byteLength);
+  let end = IMAGE_HEADER_BYTES;
+  for (let i = 0; i < segments; i++) {
+    if (end + SEGMENT_HEADER_BYTES > OTA_SLOT_BYTES) return "segment headers run past the slot";
+    end += SEGMENT_HEADER_BYTES + view.getUint32(end + 4, true);
+  }
+  const checksumAt = end + 15 - (end % 16);
+  const length = checksumAt + 1 + (slot[HASH_FLAG_OFFSET] === 1 ? DIGEST_BYTES : 0);
+  return length > OTA_SLOT_BYTES ? "segments run past the slot" : length;
+}

@@ -1,0 +1,175 @@
+// The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each,
+// allocated on first use), the otadata partition (hardware/otadata.ts) and the NVS region
+// (hardware/nvs.ts). It behaves like NOR flash where that matters to an update: erase sets
+// bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
+// partial, and the slot the chip runs from cannot be erased or written (esp_ota_begin refuses
+// it with ESP_ERR_OTA_PARTITION_CONFLICT). Every erase and write the badge makes is logged with
+// its simulated time, so "the running slot was never written" is a question the log answers. Operations take
+// simulated time and drain the battery; none runs without power.
+import { OTA_SLOT_BYTES } from "../../firmware/index.ts";
+import type { VirtualClock } from "../virtual-clock.ts";
+import type { Battery, PowerMoment } from "./battery.ts";
+import { OTADATA_COPIES, OTADATA_ENTRY_BYTES, type SlotName } from "./otadata.ts";
+
+export type FlashRegion = SlotName | "otadata" | "nvs";
+
+export interface FlashOperation {
+  /** simulated ms */
+  t: number;
+  region: FlashRegion;
+  op: "erase" | "write";
+  offset: number;
+  /** bytes actually erased or written: less than asked when the power died part way */
+  length: number;
+}
+
+/** Simulated durations, roughly those of a 4 MB ESP32 module's SPI flash. */
+export interface FlashTiming {
+  erasePer64KiBMs: number;
+  writePer4KiBMs: number;
+  readPerMiBMs: number;
+  nvsCommitMs: number;
+  otadataEraseMs: number;
+}
+
+export const DEFAULT_FLASH_TIMING: FlashTiming = { erasePer64KiBMs: 150, writePer4KiBMs: 12, readPerMiBMs: 100, nvsCommitMs: 5, otadataEraseMs: 45 };
+
+export const SECTOR_BYTES = 4096;
+const MiB = 1024 * 1024;
+
+/** Erasing or writing the slot the chip runs from. */
+export class PartitionConflictError extends Error {
+  override name = "PartitionConflictError";
+}
+
+export class Flash {
+  readonly log: FlashOperation[] = [];
+  #timing: FlashTiming;
+  #clock: VirtualClock;
+  #battery: Battery;
+  #slots = new Map<SlotName, Uint8Array>();
+  #otadata = new Uint8Array(OTADATA_COPIES * OTADATA_ENTRY_BYTES).fill(0xff);
+  #nvs = new Uint8Array(0);
+  #running: SlotName | null = null;
+  #listeners = new Set<(operation: FlashOperation) => void>();
+
+  constructor(deps: { clock: VirtualClock; battery: Battery; timing?: Partial<FlashTiming> }) {
+    this.#clock = deps.clock;
+    this.#battery = deps.battery;
+    this.#timing = { ...DEFAULT_FLASH_TIMING, ...deps.timing };
+  }
+
+  onOperation(listener: (operation: FlashOperation) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** The slot's bytes, live (do not write through this view). */
+  slot(name: SlotName): Uint8Array {
+    let bytes = this.#slots.get(name);
+    if (!bytes) {
+      bytes = new Uint8Array(OTA_SLOT_BYTES).fill(0xff);
+      this.#slots.set(name, bytes);
+    }
+    return bytes;
+  }
+
+  /** Reads like the chip does: takes simulated time. */
+  readSlot(name: SlotName, offset: number, length: number): Uint8Array {
+    this.#battery.requirePower(`reading ${name}`);
+    this.#clock.advance((length / MiB) * this.#timing.readPerMiBMs);
+    return this.slot(name).subarray(offset, offset + length);
+  }
+
+  get otadata(): Uint8Array {
+    return this.#otadata.slice();
+  }
+
+  get nvs(): Uint8Array {
+    return this.#nvs.slice();
+  }
+
+  get runningSlot(): SlotName | null {
+    return this.#running;
+  }
+
+  /** The bootloader maps the slot it started; from then on it is off limits to erase and write. */
+  setRunningSlot(slot: SlotName | null): void {
+    this.#running = slot;
+  }
+
+  writesTo(region: FlashRegion): FlashOperation[] {
+    return this.log.filter((operation) => operation.region === region);
+  }
+
+  /** Erases whole 4 KiB sectors from the start of the slot until `bytes` are covered. */
+  eraseSlot(name: SlotName, bytes: number): void {
+    this.#checkSlotAccess(name, 0, bytes);
+    const length = Math.min(OTA_SLOT_BYTES, Math.ceil(bytes / SECTOR_BYTES) * SECTOR_BYTES);
+    this.#battery.requirePower(`erasing ${name}`);
+    this.slot(name).fill(0xff, 0, length);
+    this.#clock.advance((length / (64 * 1024)) * this.#timing.erasePer64KiBMs);
+    this.#record(name, "erase", 0, length);
+  }
+
+  /** NOR programming: bits only go from 1 to 0, so a write over unerased bytes gives their AND. */
+  writeSlot(name: SlotName, offset: number, data: Uint8Array, moment?: PowerMoment): void {
+    this.#checkSlotAccess(name, offset, data.length);
+    this.#program(name, this.slot(name), offset, data, moment);
+  }
+
+  eraseOtadataCopy(copy: number): void {
+    this.#battery.requirePower("erasing otadata");
+    this.#otadata.fill(0xff, copy * OTADATA_ENTRY_BYTES, (copy + 1) * OTADATA_ENTRY_BYTES);
+    this.#clock.advance(this.#timing.otadataEraseMs);
+    this.#record("otadata", "erase", copy * OTADATA_ENTRY_BYTES, OTADATA_ENTRY_BYTES);
+  }
+
+  writeOtadataCopy(copy: number, entry: Uint8Array, moment?: PowerMoment): void {
+    this.#program("otadata", this.#otadata, copy * OTADATA_ENTRY_BYTES, entry, moment);
+  }
+
+  /** NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next mount). */
+  commitNvs(bytes: Uint8Array): void {
+    this.#battery.requirePower("writing NVS");
+    this.#nvs = bytes.slice();
+    this.#clock.advance(this.#timing.nvsCommitMs);
+    this.#record("nvs", "write", 0, bytes.length);
+  }
+
+  /**
+   * What `idf.py flash` does over USB: the app into a slot and a blank otadata, so that slot
+   * boots. The bench does this, not the badge, so it takes no simulated time and is not logged.
+   */
+  flashOverUsb(name: SlotName, image: Uint8Array): void {
+    if (image.length > OTA_SLOT_BYTES) throw new RangeError(`image of ${image.length} bytes does not fit the ${OTA_SLOT_BYTES}-byte slot`);
+    const bytes = this.slot(name);
+    bytes.fill(0xff);
+    bytes.set(image);
+    this.#otadata.fill(0xff);
+  }
+
+  #checkSlotAccess(name: SlotName, offset: number, length: number): void {
+    if (name === this.#running) throw new PartitionConflictError(`${name} is the running slot; it cannot be erased or written`);
+    if (offset < 0 || offset + length > OTA_SLOT_BYTES) {
+      throw new RangeError(`${name}: bytes ${offset}..${offset + length} are outside the ${OTA_SLOT_BYTES}-byte slot`);
+    }
+  }
+
+  #program(region: FlashRegion, target: Uint8Array, offset: number, data: Uint8Array, moment: PowerMoment | undefined): void {
+    this.#battery.requirePower(`writing ${region}`);
+    const dies = moment === undefined ? null : this.#battery.powerFailsWithin(moment);
+    const length = dies ?? data.length;
+    for (let i = 0; i < length; i++) target[offset + i]! &= data[i]!;
+    this.#clock.advance((length / SECTOR_BYTES) * this.#timing.writePer4KiBMs);
+    this.#battery.drain("perMiBWritten", length / MiB);
+    this.#record(region, "write", offset, length);
+    if (dies !== null) this.#battery.cutPower(`writing ${region} at offset ${offset + dies}`);
+  }
+
+  #record(region: FlashRegion, op: FlashOperation["op"], offset: number, length: number): void {
+    const operation = { t: this.#clock.now(), region, op, offset, length };
+    this.log.push(operation);
+    for (const listener of this.#listeners) listener(operation);
+  }
+}
