@@ -31,12 +31,14 @@ export interface RunResult {
 export interface RunOptions {
   env?: NodeJS.ProcessEnv;
   cwd?: string;
+  /** What node runs instead of the badgebench command, e.g. ["--import", "tsx", "scripts/publish.ts"]. */
+  program?: string[];
 }
 
 /** Runs one CLI command to completion; never rejects on a non-zero exit. */
 export function run(args: string[], options: RunOptions = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [SCRIPT, ...args], {
+    const child = spawn(process.execPath, [...(options.program ?? [SCRIPT]), ...args], {
       cwd: options.cwd ?? ROOT,
       env: options.env ?? baseEnv(),
       stdio: ["ignore", "pipe", "pipe"],

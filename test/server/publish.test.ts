@@ -126,25 +126,7 @@ function envWithout(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
 
 /** Runs scripts/publish.ts itself (node with the tsx loader), as an operator would. */
 function runPublishScript(args: string[], env: NodeJS.ProcessEnv): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "scripts/publish.ts", ...args], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-    const timer = setTimeout(() => {
-      child.kill("SIGKILL");
-      reject(new Error(`scripts/publish.ts ${args.join(" ")} timed out\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, 20_000);
-    child.on("error", (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    child.on("close", (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr });
-    });
-  });
+  return run(args, { env, program: ["--import", "tsx", "scripts/publish.ts"] });
 }
 
 /** A data directory with the small school (room R1) in test mode and an open store over it. */
