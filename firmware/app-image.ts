@@ -3,6 +3,7 @@
 // badge, and building small valid ones for tests. Little-endian throughout.
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
+import { hasControlCharacter } from "./line-codec.ts";
 
 export const IMAGE_MAGIC = 0xe9;
 export const APP_DESC_MAGIC = 0xabcd5432;
@@ -285,7 +286,7 @@ const MIN_FILLER_BYTES = 4;
 
 function checkOptions(options: BuildImageOptions): void {
   const { version, projectName, wifiPassword, size, seed, chipId } = options;
-  const fitsDescriptorString = (text: string) => text.length > 0 && Buffer.byteLength(text) <= 31 && !/\p{Cc}/u.test(text);
+  const fitsDescriptorString = (text: string) => text.length > 0 && Buffer.byteLength(text) <= 31 && !hasControlCharacter(text);
   if (!fitsDescriptorString(version)) {
     throw new ImageOptionsError(`version ${JSON.stringify(version)} must be 1 to 31 bytes with no control characters (esp_app_desc_t.version)`);
   }

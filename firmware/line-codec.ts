@@ -13,6 +13,11 @@ const RESPONSE_LINE_PATTERN = /^([A-Z])(?: (.*))?$/;
 // fixed C buffers; a tab or an escape there is never intended.
 const CONTROL_CHARACTER = /\p{Cc}/u;
 
+/** Whether text holds a control character; no badge text (a value, a note, a name) may. */
+export function hasControlCharacter(text: string): boolean {
+  return CONTROL_CHARACTER.test(text);
+}
+
 /** Thrown by the formatters when asked to write something the parsers would reject. */
 export class LineFormatError extends Error {
   override name = "LineFormatError";

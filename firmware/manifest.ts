@@ -3,6 +3,7 @@
 // download endpoints answer from it alone; a download's file name comes from here, never from
 // the request (SPEC 4.9 rule 1).
 import { z } from "zod";
+import { hasControlCharacter } from "./line-codec.ts";
 import { compareVersions, isReleaseVersion, parseVersion, type Version } from "./version.ts";
 
 export const MANIFEST_FORMAT = 1;
@@ -13,15 +14,13 @@ export const NOTE_MAX_CHARS = 40;
 export const NOTES_MAX = 3;
 export const DISPLAY_MAX_CHARS = 40;
 
-const CONTROL_CHARACTER = /\p{Cc}/u;
-
 /** One line of badge screen text; length counted in characters (code points), not UTF-16 units. */
 const screenText = (max: number) =>
   z
     .string()
     .refine((text) => text.length > 0, "must not be empty")
     .refine((text) => [...text].length <= max, `must be at most ${max} characters`)
-    .refine((text) => !CONTROL_CHARACTER.test(text), "must not contain control characters");
+    .refine((text) => !hasControlCharacter(text), "must not contain control characters");
 
 const timestamp = z.iso.datetime({ offset: true, message: "must be an ISO 8601 timestamp such as 2026-11-22T09:00:00Z" });
 

@@ -5,6 +5,7 @@
 import type { NextFunction, Request, Response } from "express";
 import type { Logger } from "pino";
 import { formatResponse, type ResponseLine } from "../../firmware/index.ts";
+import { fromBodyParser } from "../http/error-middleware.ts";
 import { authenticateDevice, type DeviceRow } from "../services/devices.ts";
 import type { Db } from "../store/schema.ts";
 
@@ -67,21 +68,17 @@ export function deviceAuth(db: Db) {
   };
 }
 
-interface BodyParserError {
-  type?: string;
+/** A body the parser refused (too large, aborted, unknown charset) keeps its /v1 code. */
+function toBadgeError(error: unknown): BadgeError | undefined {
+  if (error instanceof BadgeError) return error;
+  const clientMistake = fromBodyParser((error ?? {}) as object);
+  return clientMistake && new BadgeError(clientMistake.status, clientMistake.code, clientMistake.message);
 }
 
 export function badgeErrorMiddleware(logger: Logger) {
   return (error: unknown, req: Request, res: Response, _next: NextFunction) => {
-    let badgeError: BadgeError;
-    if (error instanceof BadgeError) badgeError = error;
-    else if ((error as BodyParserError).type === "entity.too.large") {
-      badgeError = new BadgeError(413, "body_too_large", "the request body is larger than 16 KiB");
-    } else if ((error as BodyParserError).type === "request.aborted") {
-      badgeError = new BadgeError(400, "request_aborted", "the request was cut before its body ended");
-    } else if (typeof (error as BodyParserError).type === "string") {
-      badgeError = new BadgeError(400, "malformed_request", "the request body could not be read as text (unsupported charset or encoding)");
-    } else {
+    let badgeError = toBadgeError(error);
+    if (!badgeError) {
       logger.error({ err: error, method: req.method, url: req.originalUrl }, "badge request failed");
       badgeError = new BadgeError(500, "server_error", "the server failed; it has been logged", RECHECK_AFTER_S.serverTrouble);
     }

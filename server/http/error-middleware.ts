@@ -10,7 +10,8 @@ interface BodyParserError {
   status?: number;
 }
 
-function fromBodyParser(error: BodyParserError): ApiError | undefined {
+/** The client mistake a body-parser error stands for, or undefined for anything else. */
+export function fromBodyParser(error: BodyParserError): ApiError | undefined {
   switch (error.type) {
     case "entity.parse.failed":
       return new ApiError(400, "invalid_request_error", "body_invalid_json", "The request body is not valid JSON.");

@@ -7,6 +7,7 @@ import type { Kysely } from "kysely";
 import {
   compareVersions,
   containsBytes,
+  hasControlCharacter,
   DISPLAY_MAX_CHARS,
   findVersionString,
   IMAGE_MAGIC,
@@ -54,8 +55,6 @@ export interface PublishInput {
   now?: Date;
 }
 
-// Control characters would break the badge's line format, where one note is one line.
-const hasControlChars = (text: string) => /\p{Cc}/u.test(text);
 
 function checkArguments(input: PublishInput): Refusal[] {
   const refusals: Refusal[] = [];
@@ -69,7 +68,7 @@ function checkArguments(input: PublishInput): Refusal[] {
     refusals.push({ code: "notes_too_many", message: `${input.notes.length} release notes given; at most ${NOTES_MAX}` });
   }
   input.notes.forEach((note, i) => {
-    if (note.length === 0 || note.length > NOTE_MAX_CHARS || hasControlChars(note)) {
+    if (note.length === 0 || note.length > NOTE_MAX_CHARS || hasControlCharacter(note)) {
       refusals.push({
         code: "note_invalid",
         message: `release note ${i + 1} is ${note.length} characters; a note is 1 to ${NOTE_MAX_CHARS} characters on one line`,
@@ -77,7 +76,7 @@ function checkArguments(input: PublishInput): Refusal[] {
     }
   });
   const display = input.display ?? input.version;
-  if (display.length === 0 || display.length > DISPLAY_MAX_CHARS || hasControlChars(display)) {
+  if (display.length === 0 || display.length > DISPLAY_MAX_CHARS || hasControlCharacter(display)) {
     refusals.push({
       code: "display_invalid",
       message: `display string is ${display.length} characters; it is 1 to ${DISPLAY_MAX_CHARS} characters on one line`,

@@ -3,7 +3,7 @@
 // stored hashed like API keys (secrets.ts); they open the badge endpoints only, and API keys
 // open /v1 only.
 import type { Kysely } from "kysely";
-import { compareVersions, parseVersion, type Manifest } from "../../firmware/index.ts";
+import { compareVersions, hasControlCharacter, parseVersion, type Manifest } from "../../firmware/index.ts";
 import { newId } from "../ids.ts";
 import { findRelease, targetFor } from "../releases/release-store.ts";
 import * as devicesStore from "../store/devices-store.ts";
@@ -27,7 +27,7 @@ export class DeviceError extends Error {
 const DEVICE_TEXT_MAX = 40;
 
 function checkText(field: string, value: string) {
-  if (value.trim().length === 0 || value.length > DEVICE_TEXT_MAX || /[\u0000-\u001f\u007f]/.test(value)) {
+  if (value.trim().length === 0 || value.length > DEVICE_TEXT_MAX || hasControlCharacter(value)) {
     throw new DeviceError(`--${field} must be 1 to ${DEVICE_TEXT_MAX} printable characters`);
   }
 }
@@ -142,8 +142,8 @@ export function firmwareStateOf(
     }
     const failed = report?.outcome === "err" ? parseVersion(report.version) : null;
     if (failed && (!installed || compareVersions(installed, failed) < 0)) return "failed";
-    if (!installed || device.installed_version === null) return "unknown";
-    if (!findRelease(manifest, device.installed_version)) return "unreleased";
+    if (!installed) return "unknown";
+    if (!findRelease(manifest, installed.text)) return "unreleased";
     const targetVersion = target && parseVersion(target.version);
     if (targetVersion && compareVersions(installed, targetVersion) < 0) return "outdated";
     return "current";

@@ -1,7 +1,11 @@
-// Spawns the real badgebench command: one-shot admin commands and `serve` processes.
+// Spawns the real badgebench command: one-shot admin commands and `serve` processes; and the
+// temporary directories the CLI tests give it.
 import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { afterAll } from "vitest";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
 const SCRIPT = path.join(ROOT, "scripts/badgebench.js");
@@ -134,4 +138,17 @@ export async function killLeftoverServers() {
     await server.exited;
   }
   servers.clear();
+}
+
+/** A maker of temporary directories for one test file, all removed after its tests. */
+export function tempDirs(prefix: string): (label: string) => string {
+  const made: string[] = [];
+  afterAll(() => {
+    for (const dir of made) fs.rmSync(dir, { recursive: true, force: true });
+  });
+  return (label) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `badgebench-${prefix}-${label}-`));
+    made.push(dir);
+    return dir;
+  };
 }

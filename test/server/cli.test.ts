@@ -1,11 +1,10 @@
 // Drives the real badgebench CLI as a user would: every test spawns
 // `node scripts/badgebench.js ...` in its own temporary data directory.
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import Database from "better-sqlite3";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { baseEnv, DB_FILE, DEMO, killLeftoverServers, run, serve, stop, type RunOptions } from "./cli-process.ts";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { baseEnv, DB_FILE, DEMO, killLeftoverServers, run, serve, stop, tempDirs, type RunOptions } from "./cli-process.ts";
 
 /** Runs a command with --json, expects success and exactly one JSON object (one line) on stdout. */
 async function runJson<T = Record<string, unknown>>(args: string[], options?: RunOptions): Promise<T> {
@@ -25,16 +24,7 @@ function parseSingleJson<T>(stdout: string): T {
   return value as T;
 }
 
-// Temporary directories, removed after all tests.
-const tempDirs: string[] = [];
-function tempDir(label: string): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `badgebench-cli-${label}-`));
-  tempDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = tempDirs("cli");
 
 /** Reads the SQLite file directly (as an independent check of what the CLI wrote). */
 function query<T>(dir: string, sql: string, ...params: unknown[]): T[] {

@@ -6,24 +6,13 @@ import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseResponse } from "../../firmware/index.ts";
-import { createDevice } from "../../server/services/devices.ts";
+import { createDevice, type DeviceView } from "../../server/services/devices.ts";
 import { baseEnv, DB_FILE, run, type RunResult } from "./cli-process.ts";
 import { startHarness, type Harness } from "./harness.ts";
 
 const CLI_TIMEOUT = { timeout: 30_000 };
 
-interface DeviceJson {
-  id: string;
-  object: string;
-  livemode: boolean;
-  name: string;
-  room: string;
-  model: string;
-  token_hint: string | null;
-  created_at: string;
-  revoked_at: string | null;
-  token?: string;
-}
+type DeviceJson = DeviceView & { token?: string };
 
 /** The whole of stdout is one JSON object on one line. */
 function singleJson<T = any>(result: RunResult): T {

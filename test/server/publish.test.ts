@@ -9,7 +9,6 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -28,7 +27,7 @@ import { ReleaseStore, ReleaseStoreError } from "../../server/releases/release-s
 import { createDevice, revokeDevice } from "../../server/services/devices.ts";
 import { importSchool } from "../../server/services/school-import.ts";
 import { openStore, type Store } from "../../server/store/database.ts";
-import { baseEnv, ROOT, run, type RunResult } from "./cli-process.ts";
+import { baseEnv, ROOT, run, tempDirs, type RunResult } from "./cli-process.ts";
 import { smallSchool, startHarness, type Harness } from "./harness.ts";
 
 const DEV_WIFI_PASSWORD = "lab-wifi-s3cret!";
@@ -39,15 +38,7 @@ const CLI_TIMEOUT = { timeout: 30_000 };
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-const tempDirs: string[] = [];
-function tempDir(label: string): string {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `badgebench-publish-${label}-`));
-  tempDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of tempDirs) fs.rmSync(dir, { recursive: true, force: true });
-});
+const tempDir = tempDirs("publish");
 
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 
