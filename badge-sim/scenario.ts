@@ -6,6 +6,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { z } from "zod";
 import { isReleaseVersion, OTA_SLOT_BYTES, parseVersion } from "../firmware/index.ts";
+import { badgeMachine } from "./badge-machine.ts";
 import { faultSchema } from "./fault-proxy.ts";
 
 const version = z.string().refine((v) => parseVersion(v) !== null, "expected three dotted numbers, like 1.4.0 (a -dev or +build suffix is allowed)");
@@ -22,12 +23,22 @@ const step = z.discriminatedUnion("do", [
 ]);
 
 const powerFault = z.union([
-  z.strictObject({ kind: z.literal("brownout"), atPercent: z.number().min(0).max(100) }),
+  z.strictObject({
+    kind: z.literal("brownout"),
+    atPercent: z.number().min(0).lt(100, "expected a percent below 100 (the download is over at 100; use during: switch)"),
+  }),
   z.strictObject({ kind: z.literal("brownout"), during: z.literal("switch") }),
 ]);
 
 /** `*` matches any run of characters; anything else must match exactly. */
 const reportPattern = z.string().regex(/^(ok|err)\|/, "expected ok|<version> or err|<version>|<message>; * matches anything");
+
+/** Every state of the badge machine as a dotted path, and `off` (no power). */
+export const STATE_NAMES: string[] = ["off", ...statePathsOf(badgeMachine.root)];
+
+function statePathsOf(node: { states: Record<string, { path: string[]; states: Record<string, unknown> }> }): string[] {
+  return Object.values(node.states).flatMap((child) => [child.path.join("."), ...statePathsOf(child as typeof node)]);
+}
 
 export const FLEET_STATES = ["current", "outdated", "unreleased", "updating", "failed", "no_report", "unknown"] as const;
 
@@ -43,6 +54,8 @@ export const scenarioSchema = z.strictObject({
     token: z.enum(["valid", "revoked"]).default("valid"),
   }),
   server: z.strictObject({
+    /** Versions published before the release, oldest first: the fleet's history (e.g. the badge's own version). */
+    published: z.array(releaseVersion).default([]),
     release: z
       .strictObject({
         version: releaseVersion,
@@ -61,8 +74,8 @@ export const scenarioSchema = z.strictObject({
     .default({ network: [], power: [] }),
   expect: z
     .strictObject({
-      /** States the badge passes through, in this order (others may come between). */
-      states: z.array(z.string().min(1)).optional(),
+      /** States the badge passes through, in this order (others may come between); `online` matches `online.checking`. */
+      states: z.array(z.enum(STATE_NAMES, { error: `expected a state of the badge machine: ${STATE_NAMES.join(", ")}` })).optional(),
       /** Screen texts shown, in this order; each is a substring of what the screen said. */
       screen: z.array(z.string().min(1)).optional(),
       runningVersion: version.optional(),

@@ -13,6 +13,9 @@ import { importSchool, SchoolImportError } from "../server/services/school-impor
 import { createDevice, DeviceError, fleetViewOf, revokeDevice } from "../server/services/devices.ts";
 import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
 import { listDevices } from "../server/store/devices-store.ts";
+import { DEFAULT_STALL_TIMEOUT_MS } from "../badge-sim/scenario-runner.ts";
+import { runSimRun } from "./sim-run.ts";
+import { SimSetupError } from "./sim-server.ts";
 import { openStore, type Store } from "../server/store/database.ts";
 import { countStudents } from "../server/store/school-store.ts";
 
@@ -24,7 +27,7 @@ interface AdminArgs {
 }
 
 /** Errors a user can fix; printed as a message, never as a stack trace. */
-const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError];
+const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError, SimSetupError];
 
 function errorBody(error: Error): { code: string; message: string; reasons?: unknown } {
   if (error instanceof ApiError) return { code: error.code, message: error.message };
@@ -272,6 +275,38 @@ export function buildCli(argv: string[]) {
               const device = await revokeDevice(store.db, args.id);
               print(args, device, `revoked the token of ${device.id}`);
             }),
+        ),
+    )
+    .command("sim", "run simulated badges against the server", (y) =>
+      y
+        .demandCommand(1, "name a sim command")
+        .command(
+          "run <files..>",
+          "play scenario files (or directories of them) on virtual badges; exit 1 when any fails",
+          (k) =>
+            k
+              .positional("files", { type: "string", array: true, demandOption: true, describe: "scenario files or directories, e.g. fixtures/scenarios" })
+              .option("server", { type: "string", describe: "a running server's URL (default: a server in this process per scenario)" })
+              .option("data", { type: "string", describe: "with --server: that server's data directory on this machine" })
+              .check((args) => {
+                if (args.server !== undefined && args.data === undefined) {
+                  throw new SimSetupError("--server needs --data: the data directory the server at that URL runs on (devices are added to its store)");
+                }
+                return true;
+              })
+              .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
+              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" })
+              .option("stall-timeout", { type: "number", default: DEFAULT_STALL_TIMEOUT_MS, describe: "wall ms a badge waits on a silent download" }),
+          async (args) => {
+            process.exitCode = await runSimRun({
+              files: args.files,
+              server: args.server === undefined ? undefined : { url: args.server, data: args.data! },
+              junit: args.junit,
+              json: args.json,
+              stallTimeoutMs: args.stallTimeout,
+              interactive: process.stderr.isTTY === true && !process.env.CI,
+            });
+          },
         ),
     )
     .help()

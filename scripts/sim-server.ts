@@ -23,6 +23,11 @@ export const SIM_ROOM = "SIM";
 export const SIM_CARDS = Array.from({ length: 8 }, (_, i) => `04C0FFEE0${i}`);
 const HOUR_MS = 3600_000;
 
+/** A simulation that cannot be set up as asked: a message for the user, not a stack trace. */
+export class SimSetupError extends Error {
+  override name = "SimSetupError";
+}
+
 export interface SimRelease {
   version: string;
   size: number;
@@ -71,7 +76,7 @@ export async function startSimServer(): Promise<SimServer> {
  * store is opened beside it (SQLite queues the writers); the room SIM is added when missing.
  */
 export async function connectSimServer(url: string, dataDir: string): Promise<SimServer> {
-  if (!fs.existsSync(dataDir)) throw new Error(`no data directory ${dataDir}: give --data the directory the server at ${url} runs on`);
+  if (!fs.existsSync(dataDir)) throw new SimSetupError(`no data directory ${dataDir}: give --data the directory the server at ${url} runs on`);
   const store = await openStore({ dataDir });
   try {
     const room = await store.db.selectFrom("rooms").select("code").where("code", "=", SIM_ROOM).where("livemode", "=", 0).executeTakeFirst();

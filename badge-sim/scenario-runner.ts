@@ -1,0 +1,211 @@
+// Plays a scenario file on a virtual badge: the server is set up as the scenario says (by the
+// caller, who may reach into a server's store; this module reaches the server over HTTP only),
+// network faults go through a fault proxy, power faults through the virtual battery, the
+// wearer's steps are played one at a time, and every expectation is compared with what was
+// observed. A result says, for each expectation, what was expected and what was observed.
+import { startFaultProxy, type FaultProxy } from "./fault-proxy.ts";
+import type { BrownoutPoint } from "./hardware/battery.ts";
+import { reportMatches, type Scenario } from "./scenario.ts";
+import { createVirtualBadge, type Observation, type VirtualBadge } from "./virtual-badge.ts";
+
+/** Where a prepared scenario's badge talks to, and how the runner reads the server's view of it. */
+export interface ScenarioTarget {
+  serverUrl: string;
+  token: string;
+  deviceId: string;
+  /** a key with `devices:read`, for GET /v1/devices/{id} */
+  apiKey: string;
+  /** undoes what prepare() set up */
+  close(): Promise<void>;
+}
+
+/**
+ * Sets up the server side of a scenario: a device (its token revoked when the scenario says
+ * so) and the release. `{ skip }` says why this server cannot play the scenario.
+ */
+export type PrepareScenario = (scenario: Scenario) => Promise<ScenarioTarget | { skip: string }>;
+
+export interface ScenarioCheck {
+  /** the expectation's field, e.g. `expect.report` */
+  field: string;
+  expected: unknown;
+  observed: unknown;
+  passed: boolean;
+}
+
+export type ScenarioOutcome = "passed" | "failed" | "skipped" | "error";
+
+export interface ScenarioResult {
+  file: string;
+  name: string;
+  outcome: ScenarioOutcome;
+  checks: ScenarioCheck[];
+  /** why it was skipped, or what went wrong when it could not be played */
+  message: string | null;
+  wallMs: number;
+  /** badge time the scenario took, simulated ms */
+  simulatedMs: number;
+  observations: Observation[];
+}
+
+export interface ScenarioRunOptions {
+  /**
+   * How long the badge waits on a silent download before giving up, in wall ms (the badge's own
+   * default is 5000). A stall can only be seen in wall time, so the runner shortens it.
+   */
+  stallTimeoutMs?: number;
+}
+
+export const DEFAULT_STALL_TIMEOUT_MS = 500;
+
+/**
+ * Where a step ends: the badge waits for the wearer, sleeps, cannot go on, or has no power (a
+ * power fault struck, so the next step happens while the power is out).
+ */
+const RESTING_STATES = new Set(["awake.idle", "awake.plugInPrompt", "asleep", "unprovisioned", "bricked", "off"]);
+const isResting = (badge: VirtualBadge) => RESTING_STATES.has(badge.state());
+const isRestingPowered = (badge: VirtualBadge) => isResting(badge) && badge.state() !== "off";
+
+/** A scenario file that could not be loaded, as a result, so it is reported with the others. */
+export function unloadableResult(file: string, message: string): ScenarioResult {
+  return { file, name: file, outcome: "error", checks: [], message, wallMs: 0, simulatedMs: 0, observations: [] };
+}
+
+export async function runScenario(scenario: Scenario, prepare: PrepareScenario, options: ScenarioRunOptions = {}): Promise<ScenarioResult> {
+  const started = performance.now();
+  const result = (outcome: ScenarioOutcome, rest: Partial<ScenarioResult>): ScenarioResult => ({
+    file: scenario.file,
+    name: scenario.name,
+    outcome,
+    checks: [],
+    message: null,
+    simulatedMs: 0,
+    observations: [],
+    ...rest,
+    wallMs: performance.now() - started,
+  });
+
+  let target: ScenarioTarget | { skip: string };
+  try {
+    target = await prepare(scenario);
+  } catch (error) {
+    return result("error", { message: `could not set up the server: ${(error as Error).message}` });
+  }
+  if ("skip" in target) return result("skipped", { message: target.skip });
+
+  let proxy: FaultProxy | null = null;
+  let badge: VirtualBadge | null = null;
+  try {
+    if (scenario.faults.network.length > 0) proxy = await startFaultProxy({ target: target.serverUrl, faults: scenario.faults.network });
+    badge = createVirtualBadge({
+      serverUrl: proxy?.url ?? target.serverUrl,
+      token: target.token,
+      version: scenario.badge.version,
+      display: scenario.badge.display,
+      battery: { ...scenario.badge.battery, externalPower: scenario.badge.externalPower },
+      faults: { brownout: scenario.faults.power.map(brownoutPoint) },
+      network: { stallTimeoutMs: options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS },
+    });
+    const startedAt = badge.clock.now();
+    await badge.runUntil(isResting);
+    for (const step of scenario.steps) {
+      await play(badge, step);
+      await badge.runUntil(isResting);
+    }
+    await badge.runUntil(isRestingPowered);
+    const checks = await checkExpectations(scenario, badge, target);
+    return result(checks.every((check) => check.passed) ? "passed" : "failed", {
+      checks,
+      simulatedMs: badge.clock.now() - startedAt,
+      observations: badge.log,
+    });
+  } catch (error) {
+    return result("error", { message: (error as Error).message, observations: badge?.log ?? [] });
+  } finally {
+    badge?.stop();
+    await proxy?.close();
+    await target.close();
+  }
+}
+
+function brownoutPoint(fault: Scenario["faults"]["power"][number]): BrownoutPoint {
+  // The middle of the otadata write: the moment the switch is least finished.
+  return "during" in fault ? { duringSwitch: "mid-write" } : { atDownloadPercent: fault.atPercent };
+}
+
+async function play(badge: VirtualBadge, step: Scenario["steps"][number]): Promise<void> {
+  switch (step.do) {
+    case "menu.checkForUpdate":
+      return badge.checkForUpdate();
+    case "sync":
+      return badge.syncNow();
+    case "card.tap":
+      return badge.tapCard(step.uid);
+    case "power.plug":
+      return badge.plugIn();
+    case "power.unplug":
+      return badge.unplug();
+    case "wait":
+      return badge.advance(step.seconds * 1000);
+  }
+}
+
+async function checkExpectations(scenario: Scenario, badge: VirtualBadge, target: ScenarioTarget): Promise<ScenarioCheck[]> {
+  const expect = scenario.expect;
+  const checks: ScenarioCheck[] = [];
+  const check = (field: string, expected: unknown, observed: unknown, passed: boolean) => checks.push({ field, expected, observed, passed });
+
+  if (expect.states) {
+    const passed = badge.observations("state").map((o) => o.detail);
+    const matches = (want: string, state: string) => state === want || state.startsWith(`${want}.`);
+    check("expect.states", expect.states, passed, inOrder(expect.states, passed, matches, { sameItemTwice: false }));
+  }
+  if (expect.screen) {
+    const shown = badge.observations("screen").map((o) => o.detail).filter((text) => text !== "");
+    // Lines of one screen may be expected separately, so a screen can match more than one.
+    check("expect.screen", expect.screen, shown, inOrder(expect.screen, shown, (want, text) => text.includes(want), { sameItemTwice: true }));
+  }
+  if (expect.runningVersion !== undefined) {
+    check("expect.runningVersion", expect.runningVersion, badge.runningVersion(), badge.runningVersion() === expect.runningVersion);
+  }
+  if (expect.unprovisioned !== undefined) {
+    const unprovisioned = badge.token() === null;
+    check("expect.unprovisioned", expect.unprovisioned, unprovisioned, unprovisioned === expect.unprovisioned);
+  }
+  if (expect.report !== undefined || expect.fleetState !== undefined) {
+    const firmware = await fleetViewOf(target);
+    const report = firmware.last_report && [firmware.last_report.outcome, firmware.last_report.version, firmware.last_report.message].filter((part) => part !== null).join("|");
+    if (expect.report !== undefined) {
+      const passed = expect.report === null ? report === null : report !== null && reportMatches(expect.report, report);
+      check("expect.report", expect.report, report, passed);
+    }
+    if (expect.fleetState !== undefined) check("expect.fleetState", expect.fleetState, firmware.state, firmware.state === expect.fleetState);
+  }
+  return checks;
+}
+
+/** Each wanted item matches something seen, in the same order, with anything in between. */
+function inOrder(wanted: string[], seen: string[], matches: (want: string, item: string) => boolean, options: { sameItemTwice: boolean }): boolean {
+  let at = 0;
+  for (const want of wanted) {
+    while (at < seen.length && !matches(want, seen[at]!)) at++;
+    if (at === seen.length) return false;
+    if (!options.sameItemTwice) at++;
+  }
+  return true;
+}
+
+interface FleetFirmware {
+  state: string;
+  last_report: { version: string; outcome: string; message: string | null } | null;
+}
+
+async function fleetViewOf(target: ScenarioTarget): Promise<FleetFirmware> {
+  const url = `${target.serverUrl}/v1/devices/${encodeURIComponent(target.deviceId)}`;
+  const response = await fetch(url, { headers: { authorization: `Bearer ${target.apiKey}` } });
+  const body = (await response.json().catch(() => null)) as { firmware?: FleetFirmware; error?: { message?: string } } | null;
+  if (response.status !== 200 || !body?.firmware) {
+    throw new Error(`GET ${url} answered ${response.status}${body?.error?.message ? `: ${body.error.message}` : ""}`);
+  }
+  return body.firmware;
+}
