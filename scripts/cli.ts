@@ -14,6 +14,7 @@ import { createDevice, DeviceError, fleetViewOf, revokeDevice } from "../server/
 import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
 import { listDevices } from "../server/store/devices-store.ts";
 import { DEFAULT_STALL_TIMEOUT_MS } from "../badge-sim/scenario-runner.ts";
+import { runSimCoverage } from "./sim-coverage.ts";
 import { runSimRun } from "./sim-run.ts";
 import { SimSetupError } from "./sim-server.ts";
 import { openStore, type Store } from "../server/store/database.ts";
@@ -306,6 +307,14 @@ export function buildCli(argv: string[]) {
               stallTimeoutMs: args.stallTimeout,
               interactive: process.stderr.isTTY === true && !process.env.CI,
             });
+          },
+        )
+        .command(
+          "coverage",
+          "run generated paths through the badge model and print the share of its transitions they took; exit 1 below 100 %",
+          (k) => k.option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+          async (args) => {
+            process.exitCode = await runSimCoverage({ json: args.json });
           },
         ),
     )
