@@ -1,0 +1,87 @@
+// The rig file format: the shipped example loads, and a bad file is refused with a message that
+// names the file, the field and what was expected.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { loadRigFile, RigFileError } from "../../hil/rig-file.ts";
+import { ROOT } from "../server/cli-process.ts";
+
+const EXAMPLE = path.join(ROOT, "fixtures/rigs/example-rig.json");
+
+const write = (json: unknown) => {
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "rig-")), "bad-rig.json");
+  fs.writeFileSync(file, typeof json === "string" ? json : JSON.stringify(json));
+  return file;
+};
+const example = () => JSON.parse(fs.readFileSync(EXAMPLE, "utf8"));
+
+describe("the example rig file", () => {
+  it("loads, with the data directory resolved against the file", () => {
+    const rig = loadRigFile(EXAMPLE);
+    expect(rig).toMatchObject({
+      name: "bench-1",
+      port: { vid: "303a", pid: "1001" },
+      baudRate: 115200,
+      power: { broker: "mqtt://127.0.0.1:1883", topic: "badge-bench-1" },
+      server: { url: "http://192.168.1.20:8080", dataDir: path.join(ROOT, "var") },
+      proxy: { host: "0.0.0.0", port: 8090 },
+      events: { broker: "mqtt://127.0.0.1:1883", publish: true },
+    });
+  });
+
+  it("may leave out the optional fields, and say the rig has no relay", () => {
+    const { name, port, server } = example();
+    const rig = loadRigFile(write({ name, port: "/dev/ttyACM0", power: null, server: { url: server.url, deviceToken: server.deviceToken } }));
+    expect(rig).toMatchObject({ name, port: "/dev/ttyACM0", baudRate: 115200, power: null });
+    expect(rig.proxy).toBeUndefined();
+    expect(rig.events).toBeUndefined();
+    expect(rig.server.dataDir).toBeUndefined();
+  });
+
+  it("takes USB ids in either case and a serial number", () => {
+    expect(loadRigFile(write({ ...example(), port: { vid: "10C4", pid: "EA60" } })).port).toEqual({ vid: "10c4", pid: "ea60" });
+    expect(loadRigFile(write({ ...example(), port: { serialNumber: "F4:12:FA:00:11:22" } })).port).toEqual({ serialNumber: "F4:12:FA:00:11:22" });
+  });
+});
+
+describe("a bad rig file", () => {
+  it.each([
+    ["a rig id with a space", (r: any) => (r.name = "bench 1"), /^ {2}name: expected a rig id/m],
+    ["a port of another shape", (r: any) => (r.port = { serial: "x" }), /^ {2}port: expected a device path/m],
+    ["a product id of five digits", (r: any) => (r.port.pid = "10011"), /^ {2}port\.pid: expected 4 hex digits/m],
+    ["a baud rate in words", (r: any) => (r.baudRate = "fast"), /^ {2}baudRate: expected a whole number/m],
+    ["no power field", (r: any) => delete r.power, /^ {2}power: expected \{"broker".*or null/m],
+    ["a relay on an http broker", (r: any) => (r.power.broker = "http://127.0.0.1:1883"), /^ {2}power\.broker: expected a broker URL/m],
+    ["a relay topic with a slash", (r: any) => (r.power.topic = "bench/1"), /^ {2}power\.topic: expected 1 to 64 characters without \//m],
+    ["a server URL with a path", (r: any) => (r.server.url = "http://192.168.1.20:8080/api"), /^ {2}server\.url: expected http:\/\/HOST:PORT/m],
+    ["an API key for a device token", (r: any) => (r.server.deviceToken = "sk_test_abc"), /^ {2}server\.deviceToken: expected the badge's device token/m],
+    ["no device token", (r: any) => delete r.server.deviceToken, /^ {2}server\.deviceToken: missing: expected string/m],
+    ["a proxy port of 0", (r: any) => (r.proxy.port = 0), /^ {2}proxy\.port: /m],
+    ["events published as a string", (r: any) => (r.events.publish = "yes"), /^ {2}events\.publish: .*expected boolean/m],
+    ["an unknown field", (r: any) => (r.relay = "tasmota"), /^ {2}relay: unknown field/m],
+    ["an unknown field in power", (r: any) => (r.power.index = 2), /^ {2}power\.index: unknown field/m],
+  ])("%s names the field", (_name, spoil, message) => {
+    const rig = example();
+    spoil(rig);
+    const file = write(rig);
+    expect(() => loadRigFile(file)).toThrow(RigFileError);
+    expect(() => loadRigFile(file)).toThrow(message);
+    expect(() => loadRigFile(file)).toThrow(/bad-rig\.json: not a valid rig file:\n/);
+  });
+
+  it("lists every bad field at once", () => {
+    const rig = example();
+    rig.name = "";
+    rig.power.topic = "#";
+    rig.server.url = "https://example.org";
+    expect(() => loadRigFile(write(rig))).toThrow(/name: .*\n {2}power\.topic: .*\n {2}server\.url: /);
+  });
+
+  it("that is not an object, not JSON, or unreadable, says so", () => {
+    expect(() => loadRigFile(write([]))).toThrow(/\(the file\): .*expected object/);
+    expect(() => loadRigFile(write("{nope"))).toThrow(/bad-rig\.json: not JSON/);
+    expect(() => loadRigFile("/nonexistent/rig.json")).toThrow(/rig\.json: cannot read: ENOENT/);
+    expect(() => loadRigFile(os.tmpdir())).toThrow(/cannot read: EISDIR/);
+  });
+});
