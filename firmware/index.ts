@@ -3,3 +3,4 @@ export * from "./version.ts";
 export * from "./line-codec.ts";
 export * from "./manifest.ts";
 export * from "./app-image.ts";
+export * from "./console.ts";
