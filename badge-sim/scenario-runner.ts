@@ -3,10 +3,15 @@
 // network faults go through a fault proxy, power faults through the virtual battery, the
 // wearer's steps are played one at a time, and every expectation is compared with what was
 // observed. A result says, for each expectation, what was expected and what was observed.
+//
+// The badge is a `BadgeTarget` (badge-target.ts) made by a factory: by default a virtual badge;
+// hil/ passes one that drives a badge over its serial console, so the same file runs on both.
+import { virtualTarget, type BadgeTarget, type BadgeTargetFactory } from "./badge-target.ts";
 import { startFaultProxy, type FaultProxy } from "./fault-proxy.ts";
-import type { BrownoutPoint } from "./hardware/battery.ts";
 import { reportMatches, type Scenario } from "./scenario.ts";
-import { createVirtualBadge, type Observation, type VirtualBadge } from "./virtual-badge.ts";
+import type { Observation } from "./virtual-badge.ts";
+
+export { RESTING_STATES } from "./badge-target.ts";
 
 /** Where a prepared scenario's badge talks to, and how the runner reads the server's view of it. */
 export interface ScenarioTarget {
@@ -43,7 +48,7 @@ export interface ScenarioResult {
   /** why it was skipped, or what went wrong when it could not be played */
   message: string | null;
   wallMs: number;
-  /** badge time the scenario took, simulated ms */
+  /** badge time the scenario took: simulated ms on the virtual badge, wall ms on a serial one */
   simulatedMs: number;
   observations: Observation[];
 }
@@ -54,17 +59,13 @@ export interface ScenarioRunOptions {
    * default is 5000). A stall can only be seen in wall time, so the runner shortens it.
    */
   stallTimeoutMs?: number;
+  /** makes the badge the scenario is played on (default: a virtual badge) */
+  target?: BadgeTargetFactory;
+  /** where the fault proxy listens (default 127.0.0.1 on any free port); a real badge's NVS names a fixed one */
+  faultProxy?: { host?: string; port?: number };
 }
 
 export const DEFAULT_STALL_TIMEOUT_MS = 500;
-
-/**
- * Where a step ends: the badge waits for the wearer, sleeps, cannot go on, or has no power (a
- * power fault struck, so the next step happens while the power is out).
- */
-const RESTING_STATES = new Set(["awake.idle", "awake.plugInPrompt", "asleep", "unprovisioned", "bricked", "off"]);
-const isResting = (badge: VirtualBadge) => RESTING_STATES.has(badge.state());
-const isRestingPowered = (badge: VirtualBadge) => isResting(badge) && badge.state() !== "off";
 
 /** A scenario file that could not be loaded, as a result, so it is reported with the others. */
 export function unloadableResult(file: string, message: string): ScenarioResult {
@@ -94,46 +95,42 @@ export async function runScenario(scenario: Scenario, prepare: PrepareScenario, 
   if ("skip" in target) return result("skipped", { message: target.skip });
 
   let proxy: FaultProxy | null = null;
-  let badge: VirtualBadge | null = null;
+  let badge: BadgeTarget | null = null;
   try {
-    if (scenario.faults.network.length > 0) proxy = await startFaultProxy({ target: target.serverUrl, faults: scenario.faults.network });
-    badge = createVirtualBadge({
+    // A scenario with network faults, or a rig that names where the proxy listens, gets a proxy.
+    if (scenario.faults.network.length > 0 || options.faultProxy) {
+      proxy = await startFaultProxy({ target: target.serverUrl, faults: scenario.faults.network, ...options.faultProxy });
+    }
+    const makeTarget = options.target ?? virtualTarget;
+    badge = await makeTarget({
+      scenario,
       serverUrl: proxy?.url ?? target.serverUrl,
       token: target.token,
-      version: scenario.badge.version,
-      display: scenario.badge.display,
-      battery: { ...scenario.badge.battery, externalPower: scenario.badge.externalPower },
-      faults: { brownout: scenario.faults.power.map(brownoutPoint) },
-      network: { stallTimeoutMs: options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS },
+      stallTimeoutMs: options.stallTimeoutMs ?? DEFAULT_STALL_TIMEOUT_MS,
     });
-    const startedAt = badge.clock.now();
-    await badge.runUntil(isResting);
+    for (const fault of scenario.faults.power) await badge.armBrownout(fault);
+    await badge.comeToRest();
     for (const step of scenario.steps) {
       await play(badge, step);
-      await badge.runUntil(isResting);
+      await badge.comeToRest();
     }
-    await badge.runUntil(isRestingPowered);
-    const checks = await checkExpectations(scenario, badge, target);
+    await badge.comeToRest({ poweredOnly: true });
+    const checks = [...(await checkExpectations(scenario, badge, target)), ...(badge.extraChecks?.() ?? [])];
     return result(checks.every((check) => check.passed) ? "passed" : "failed", {
       checks,
-      simulatedMs: badge.clock.now() - startedAt,
-      observations: badge.log,
+      simulatedMs: badge.elapsedMs(),
+      observations: badge.observations,
     });
   } catch (error) {
-    return result("error", { message: (error as Error).message, observations: badge?.log ?? [] });
+    return result("error", { message: (error as Error).message, observations: badge?.observations ?? [] });
   } finally {
-    badge?.stop();
+    await badge?.close().catch(() => {});
     await proxy?.close();
     await target.close();
   }
 }
 
-function brownoutPoint(fault: Scenario["faults"]["power"][number]): BrownoutPoint {
-  // The middle of the otadata write: the moment the switch is least finished.
-  return "during" in fault ? { duringSwitch: "mid-write" } : { atDownloadPercent: fault.atPercent };
-}
-
-async function play(badge: VirtualBadge, step: Scenario["steps"][number]): Promise<void> {
+async function play(badge: BadgeTarget, step: Scenario["steps"][number]): Promise<void> {
   switch (step.do) {
     case "menu.checkForUpdate":
       return badge.checkForUpdate();
@@ -146,22 +143,22 @@ async function play(badge: VirtualBadge, step: Scenario["steps"][number]): Promi
     case "power.unplug":
       return badge.unplug();
     case "wait":
-      return badge.advance(step.seconds * 1000);
+      return badge.wait(step.seconds);
   }
 }
 
-async function checkExpectations(scenario: Scenario, badge: VirtualBadge, target: ScenarioTarget): Promise<ScenarioCheck[]> {
+async function checkExpectations(scenario: Scenario, badge: BadgeTarget, target: ScenarioTarget): Promise<ScenarioCheck[]> {
   const expect = scenario.expect;
   const checks: ScenarioCheck[] = [];
   const check = (field: string, expected: unknown, observed: unknown, passed: boolean) => checks.push({ field, expected, observed, passed });
 
   if (expect.states) {
-    const passed = badge.observations("state").map((o) => o.detail);
+    const passed = badge.stateHistory();
     const matches = (want: string, state: string) => state === want || state.startsWith(`${want}.`);
     check("expect.states", expect.states, passed, inOrder(expect.states, passed, matches, { sameItemTwice: false }));
   }
   if (expect.screen) {
-    const shown = badge.observations("screen").map((o) => o.detail).filter((text) => text !== "");
+    const shown = badge.screenHistory().filter((text) => text !== "");
     // Lines of one screen may be expected separately, so a screen can match more than one.
     check("expect.screen", expect.screen, shown, inOrder(expect.screen, shown, (want, text) => text.includes(want), { sameItemTwice: true }));
   }
@@ -169,7 +166,7 @@ async function checkExpectations(scenario: Scenario, badge: VirtualBadge, target
     check("expect.runningVersion", expect.runningVersion, badge.runningVersion(), badge.runningVersion() === expect.runningVersion);
   }
   if (expect.unprovisioned !== undefined) {
-    const unprovisioned = badge.token() === null;
+    const unprovisioned = !badge.isProvisioned();
     check("expect.unprovisioned", expect.unprovisioned, unprovisioned, unprovisioned === expect.unprovisioned);
   }
   if (expect.report !== undefined || expect.fleetState !== undefined) {

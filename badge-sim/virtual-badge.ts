@@ -104,6 +104,7 @@ export class VirtualBadge {
   #brownoutOffMs: number;
   #stopped = false;
   #observed: { promise: Promise<void>; resolve: () => void } | null = null;
+  #listeners = new Set<(observation: Observation) => void>();
 
   constructor(options: VirtualBadgeOptions) {
     if (!parseVersion(options.version)) throw new TypeError(`version ${JSON.stringify(options.version)} must be three dotted numbers, like 1.4.0`);
@@ -263,6 +264,12 @@ export class VirtualBadge {
     return this.log.filter((entry) => entry.kind === kind);
   }
 
+  /** Calls `listener` with every observation as it is logged (a serial console prints them); returns the unsubscribe. */
+  onObservation(listener: (observation: Observation) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
   // --- runs ----------------------------------------------------------------------------------
 
   #start(cause: BootCause): void {
@@ -340,7 +347,9 @@ export class VirtualBadge {
   }
 
   #observe(kind: ObservationKind, detail: string): void {
-    this.log.push({ t: this.clock.now(), kind, detail });
+    const observation = { t: this.clock.now(), kind, detail };
+    this.log.push(observation);
+    for (const listener of this.#listeners) listener(observation);
     this.#observed?.resolve();
     this.#observed = null;
   }

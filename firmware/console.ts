@@ -49,7 +49,14 @@ export type ConsoleEvent =
 export type ConsoleEventKind = ConsoleEvent["kind"];
 export type ConsoleEventOf<K extends ConsoleEventKind> = Extract<ConsoleEvent, { kind: K }>;
 
-/** `plug` and `unplug` move the simulated badge's USB power; a real badge answers them with `refused`. */
+/**
+ * `plug` and `unplug` move the simulated badge's USB power; a real badge answers them with
+ * `refused`. So do the simulator-only `wait`, `brownout` and `rest`, which stand in for what
+ * the world does to a real badge (time passing, a relay cutting the power): `wait <seconds>`
+ * lets that much simulated time pass, `brownout <percent>` / `brownout switch` arms a power
+ * cut at that point of the next download or during the partition switch, and `rest` /
+ * `rest powered` runs the simulated badge until it rests (with `powered`: with power).
+ */
 export type ConsoleCommand =
   | { name: "check" }
   | { name: "sync" }
@@ -57,7 +64,10 @@ export type ConsoleCommand =
   | { name: "reboot" }
   | { name: "status" }
   | { name: "plug" }
-  | { name: "unplug" };
+  | { name: "unplug" }
+  | { name: "wait"; seconds: number }
+  | { name: "brownout"; at: number | "switch" }
+  | { name: "rest"; powered: boolean };
 
 export type ConsoleLineParse = { ok: true; event: ConsoleEvent } | { ok: false; message: string };
 export type ConsoleCommandParse = { ok: true; command: ConsoleCommand } | { ok: false; message: string };
@@ -136,7 +146,9 @@ const EVENT_FIELDS: { [K in ConsoleEventKind]: FieldsOf<ConsoleEventOf<K>> } = {
 };
 
 const KINDS = Object.keys(EVENT_FIELDS).join(", ");
-const COMMAND_NAMES = ["check", "sync", "tap", "reboot", "status", "plug", "unplug"] as const;
+const COMMAND_NAMES = ["check", "sync", "tap", "reboot", "status", "plug", "unplug", "wait", "brownout", "rest"] as const;
+/** seconds or percent: a plain decimal such as 30, 0.5 or 40 */
+const DECIMAL = /^(0|[1-9][0-9]*)(\.[0-9]+)?$/;
 
 function fieldsOf(kind: string): Record<string, Field<unknown>> | undefined {
   return Object.hasOwn(EVENT_FIELDS, kind) ? (EVENT_FIELDS[kind as ConsoleEventKind] as Record<string, Field<unknown>>) : undefined;
@@ -278,6 +290,20 @@ export function formatConsoleCommand(command: ConsoleCommand): string {
     if (!CARD_UID.test(command.uid)) throw new ConsoleFormatError(`tap uid ${show(command.uid)} is not ${cardUid.rule}`);
     return `tap ${command.uid}`;
   }
+  if (command.name === "wait") {
+    if (!(Number.isFinite(command.seconds) && command.seconds > 0) || !DECIMAL.test(String(command.seconds))) {
+      throw new ConsoleFormatError(`wait seconds ${show(String(command.seconds))} is not a positive decimal number`);
+    }
+    return `wait ${command.seconds}`;
+  }
+  if (command.name === "brownout") {
+    if (command.at === "switch") return "brownout switch";
+    if (!(command.at >= 0 && command.at < 100) || !DECIMAL.test(String(command.at))) {
+      throw new ConsoleFormatError(`brownout percent ${show(String(command.at))} is not a decimal from 0 to below 100`);
+    }
+    return `brownout ${command.at}`;
+  }
+  if (command.name === "rest") return command.powered ? "rest powered" : "rest";
   if (!COMMAND_NAMES.includes(command.name)) {
     throw new ConsoleFormatError(`unknown console command ${show(String(command.name))}; the commands are ${COMMAND_NAMES.join(", ")}`);
   }
@@ -297,6 +323,22 @@ export function parseConsoleCommand(line: string): ConsoleCommandParse | null {
   if (known === "tap") {
     if (args.length !== 1 || !CARD_UID.test(args[0]!)) return { ok: false, message: `tap takes one card UID, ${cardUid.rule}, such as tap 04A1B2C3D0` };
     return { ok: true, command: { name: "tap", uid: args[0]! } };
+  }
+  if (known === "wait") {
+    const seconds = args.length === 1 && DECIMAL.test(args[0]!) ? Number(args[0]) : NaN;
+    if (!(seconds > 0)) return { ok: false, message: "wait takes a number of seconds above 0, such as wait 30" };
+    return { ok: true, command: { name: "wait", seconds } };
+  }
+  if (known === "brownout") {
+    if (args.length === 1 && args[0] === "switch") return { ok: true, command: { name: "brownout", at: "switch" } };
+    const percent = args.length === 1 && DECIMAL.test(args[0]!) ? Number(args[0]) : NaN;
+    if (!(percent >= 0 && percent < 100)) return { ok: false, message: "brownout takes a download percent from 0 to below 100, or switch, such as brownout 40" };
+    return { ok: true, command: { name: "brownout", at: percent } };
+  }
+  if (known === "rest") {
+    if (args.length === 0) return { ok: true, command: { name: "rest", powered: false } };
+    if (args.length === 1 && args[0] === "powered") return { ok: true, command: { name: "rest", powered: true } };
+    return { ok: false, message: `rest takes nothing or powered (got ${show(args.join(" "))})` };
   }
   if (args.length > 0) return { ok: false, message: `${known} takes no arguments (got ${show(args.join(" "))})` };
   return { ok: true, command: { name: known } };

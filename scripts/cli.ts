@@ -15,7 +15,9 @@ import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../serve
 import { listDevices } from "../server/store/devices-store.ts";
 import { DEFAULT_STALL_TIMEOUT_MS } from "../badge-sim/scenario-runner.ts";
 import { runSimCoverage } from "./sim-coverage.ts";
+import { runHilRun } from "./hil-run.ts";
 import { runSimRun } from "./sim-run.ts";
+import { runHilFlashCommand, runHilMonitor, runHilPorts } from "./hil-console.ts";
 import { SimSetupError } from "./sim-server.ts";
 import { openStore, type Store } from "../server/store/database.ts";
 import { countStudents } from "../server/store/school-store.ts";
@@ -315,6 +317,80 @@ export function buildCli(argv: string[]) {
           (k) => k.option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
           async (args) => {
             process.exitCode = await runSimCoverage({ json: args.json });
+          },
+        ),
+    )
+    .command("hil", "a real badge on a USB serial port", (y) =>
+      y
+        .demandCommand(1, "name a hil command")
+        .command(
+          "ports",
+          "list the serial ports the system sees (path, usb:<vid>:<pid>, serial:<serial number>, manufacturer)",
+          (k) => k.option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+          async (args) => {
+            process.exitCode = await runHilPorts({ json: args.json });
+          },
+        )
+        .command(
+          "monitor",
+          "show a badge's console live (events decoded on a terminal), send typed lines as commands, save the transcript",
+          (k) =>
+            k
+              .option("port", { type: "string", demandOption: true, describe: "a path, serial:<serial number> or usb:<vid>:<pid>" })
+              .option("baud", { type: "number", describe: "baud rate (default 115200)" })
+              .option("transcript", { type: "string", describe: "transcript file (default ./var/transcripts/<timestamp>.txt)" })
+              .option("until", { type: "string", describe: "exit 0 once a received line matches this regex" })
+              .option("timeout", { type: "number", describe: "ms; with --until exit 1 if nothing matched by then, else end the session then" })
+              .option("json", { type: "boolean", default: false, describe: "one JSON object per line received, then one for the session" }),
+          async (args) => {
+            process.exitCode = await runHilMonitor({
+              port: args.port,
+              baudRate: args.baud,
+              transcript: args.transcript,
+              until: args.until,
+              timeoutMs: args.timeout,
+              json: args.json,
+            });
+          },
+        )
+        .command(
+          "flash <files..>",
+          "flash images over USB serial with esptool-js: FILE@OFFSET ..., or one app FILE (at 0x10000)",
+          (k) =>
+            k
+              .positional("files", { type: "string", array: true, demandOption: true, describe: "FILE@OFFSET, e.g. bootloader.bin@0x1000 app.bin@0x10000" })
+              .option("port", { type: "string", demandOption: true, describe: "a path, serial:<serial number> or usb:<vid>:<pid>" })
+              .option("baud", { type: "number", describe: "transfer baud rate (default 921600)" })
+              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+          async (args) => {
+            process.exitCode = await runHilFlashCommand({
+              port: args.port,
+              files: args.files.map(String),
+              baudRate: args.baud,
+              json: args.json,
+              progress: process.stderr.isTTY === true && !process.env.CI,
+            });
+          },
+        )
+        .command(
+          "run <scenarios..>",
+          "play scenario files (or directories of them) on the rig's real badge through its serial console; exit 1 when any fails",
+          (k) =>
+            k
+              .positional("scenarios", { type: "string", array: true, demandOption: true, describe: "scenario files or directories, e.g. fixtures/scenarios" })
+              .option("rig", { type: "string", demandOption: true, describe: "the rig file: port, power relay, server and device token (fixtures/rigs/)" })
+              .option("port", { type: "string", describe: "a serial port path instead of the rig file's port" })
+              .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
+              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+          async (args) => {
+            process.exitCode = await runHilRun({
+              files: args.scenarios.map(String),
+              rig: args.rig,
+              port: args.port,
+              junit: args.junit,
+              json: args.json,
+              interactive: process.stderr.isTTY === true && !process.env.CI,
+            });
           },
         ),
     )

@@ -28,42 +28,65 @@ export async function runSimRun(options: SimRunOptions): Promise<number> {
   const files = scenarioFiles(options.files);
   const external = options.server ? await connectSimServer(options.server.url, path.resolve(options.server.data)) : null;
   const prepare = external ? prepareOnRunningServer(external) : prepareInProcess;
-  const results: ScenarioResult[] = [];
-  const started = new Date();
-  const progress = new Progress(options, files.length);
   try {
-    for (const [index, file] of files.entries()) {
-      let scenario: Scenario;
-      try {
-        scenario = loadScenario(file);
-      } catch (error) {
-        if (!(error instanceof ScenarioError)) throw error;
-        const result = unloadableResult(file, error.message);
-        results.push(result);
-        progress.finished(result);
-        continue;
-      }
-      progress.starting(index, scenario);
-      const result = await runScenario(scenario, prepare, { stallTimeoutMs: options.stallTimeoutMs });
-      results.push(result);
-      progress.finished(result);
-    }
+    return await playScenarioFiles({ ...options, files, jsonObject: "sim_run", suiteName: "badgebench scenarios" }, (scenario) =>
+      runScenario(scenario, prepare, { stallTimeoutMs: options.stallTimeoutMs }),
+    );
   } finally {
     await external?.close();
+  }
+}
+
+/** How a run of scenario files is reported; shared by `sim run` and `hil run`. */
+export interface ScenarioReportOptions {
+  /** scenario files (directories already expanded by scenarioFiles) */
+  files: string[];
+  junit?: string;
+  json: boolean;
+  interactive: boolean;
+  /** the `object` of the --json answer: `sim_run`, `hil_run` */
+  jsonObject: string;
+  /** the JUnit test suite's name */
+  suiteName: string;
+}
+
+/**
+ * Plays each file with `play` and reports as it goes (progress lines, then a summary), writes
+ * the JUnit report and the --json object; the exit code is 1 when any scenario failed or erred.
+ */
+export async function playScenarioFiles(options: ScenarioReportOptions, play: (scenario: Scenario) => Promise<ScenarioResult>): Promise<number> {
+  const results: ScenarioResult[] = [];
+  const started = new Date();
+  const progress = new Progress(options, options.files.length);
+  for (const [index, file] of options.files.entries()) {
+    let scenario: Scenario;
+    try {
+      scenario = loadScenario(file);
+    } catch (error) {
+      if (!(error instanceof ScenarioError)) throw error;
+      const result = unloadableResult(file, error.message);
+      results.push(result);
+      progress.finished(result);
+      continue;
+    }
+    progress.starting(index, scenario);
+    const result = await play(scenario);
+    results.push(result);
+    progress.finished(result);
   }
 
   if (options.junit) {
     fs.mkdirSync(path.dirname(path.resolve(options.junit)), { recursive: true });
-    fs.writeFileSync(options.junit, toJUnitXml(results, { suiteName: "badgebench scenarios", timestamp: started }));
+    fs.writeFileSync(options.junit, toJUnitXml(results, { suiteName: options.suiteName, timestamp: started }));
   }
   const summary = summarise(results);
-  if (options.json) process.stdout.write(`${JSON.stringify({ object: "sim_run", ...summary, results: results.map(jsonOf) })}\n`);
+  if (options.json) process.stdout.write(`${JSON.stringify({ object: options.jsonObject, ...summary, results: results.map(jsonOf) })}\n`);
   else progress.summary(summary);
   return summary.failed + summary.errors > 0 ? 1 : 0;
 }
 
 /** Files as given; a directory stands for its *.json files, in name order. */
-function scenarioFiles(given: string[]): string[] {
+export function scenarioFiles(given: string[]): string[] {
   if (given.length === 0) throw new SimSetupError("name at least one scenario file or directory (e.g. fixtures/scenarios)");
   return given.flatMap((entry) => {
     let isDirectory: boolean;
@@ -83,7 +106,7 @@ function scenarioFiles(given: string[]): string[] {
 const HISTORY_IMAGE_BYTES = 64 * 1024;
 
 /** A device name (at most 40 characters) that says which scenario made it. */
-const deviceName = (scenario: Scenario) => [...`sim ${scenario.name}`].slice(0, 40).join("");
+export const deviceName = (scenario: Scenario) => [...`sim ${scenario.name}`].slice(0, 40).join("");
 
 /** A fresh server per scenario: its device, its release, nothing left over from the last one. */
 export const prepareInProcess: PrepareScenario = async (scenario) => {
@@ -105,19 +128,27 @@ export const prepareInProcess: PrepareScenario = async (scenario) => {
 function prepareOnRunningServer(server: SimServer): PrepareScenario {
   return async (scenario) => {
     const device = await server.addDevice(deviceName(scenario));
-    const wanted = scenario.server.release;
-    const offered = server.targetFor(device.id);
-    const offeredCrashes = offered ? containsBytes(await server.imageOf(offered), new TextEncoder().encode(CRASH_ON_BOOT_MARKER)) : false;
-    const describe = (version: string | undefined, crashes: boolean) => (version ? `${version}${crashes ? " (an image that crashes on boot)" : ""}` : "no release");
-    if (offered?.version !== wanted?.version || offeredCrashes !== (wanted?.crashOnBoot ?? false)) {
+    const mismatch = await releaseMismatch(server, device.id, scenario);
+    if (mismatch !== null) {
       await server.revokeDevice(device.id);
-      return {
-        skip: `the server at ${server.url} offers ${describe(offered?.version, offeredCrashes)}; the scenario needs ${describe(wanted?.version, wanted?.crashOnBoot ?? false)} (run without --server to set it up)`,
-      };
+      return { skip: `${mismatch} (run without --server to set it up)` };
     }
     if (scenario.badge.token === "revoked") await server.revokeDevice(device.id);
     return { serverUrl: server.url, token: device.token, deviceId: device.id, apiKey: server.apiKey, close: async () => {} };
   };
+}
+
+/**
+ * Null when what the server offers `deviceId` is the scenario's release (version, and whether it
+ * crashes on boot); else why not, e.g. `the server at URL offers 1.6.0; the scenario needs 1.5.0`.
+ */
+export async function releaseMismatch(server: SimServer, deviceId: string, scenario: Scenario): Promise<string | null> {
+  const wanted = scenario.server.release;
+  const offered = server.targetFor(deviceId);
+  const offeredCrashes = offered ? containsBytes(await server.imageOf(offered), new TextEncoder().encode(CRASH_ON_BOOT_MARKER)) : false;
+  const describe = (version: string | undefined, crashes: boolean) => (version ? `${version}${crashes ? " (an image that crashes on boot)" : ""}` : "no release");
+  if (offered?.version === wanted?.version && offeredCrashes === (wanted?.crashOnBoot ?? false)) return null;
+  return `the server at ${server.url} offers ${describe(offered?.version, offeredCrashes)}; the scenario needs ${describe(wanted?.version, wanted?.crashOnBoot ?? false)}`;
 }
 
 interface Summary {
@@ -167,10 +198,10 @@ const OUTCOME_LABEL = { passed: "PASS", failed: "FAIL", error: "ERROR", skipped:
 
 /** On a terminal, one line that updates as scenarios run; in CI, one plain line per scenario. */
 class Progress {
-  #options: SimRunOptions;
+  #options: { json: boolean; interactive: boolean };
   #total: number;
   #done = 0;
-  constructor(options: SimRunOptions, total: number) {
+  constructor(options: { json: boolean; interactive: boolean }, total: number) {
     this.#options = options;
     this.#total = total;
   }

@@ -1,0 +1,257 @@
+// A badge behind its serial console as a `BadgeTarget` (badge-sim/badge-target.ts), so the
+// scenario runner plays a scenario file on it unchanged: the wearer's actions are console
+// commands, and state, screen, running version and token come from the `@bb` events it prints.
+//
+// Two kinds of badge sit behind a console. A real one lives in wall time: a power fault is a
+// relay cut at the console progress byte (powerCutPlan), `wait` sleeps, and "at rest" is a
+// resting `state` event confirmed by `status`. The simulated one served on a serial line
+// (sim-serial-badge.ts) lives on a simulated clock, so the world's part is played by the
+// simulator-only commands `brownout`, `wait` and `rest`. Every event is also handed to the
+// model oracle when there is one; its first deviation fails the scenario.
+import { setTimeout as sleep } from "node:timers/promises";
+import { isRestingState, type BadgeTarget, type PowerFault } from "../badge-sim/badge-target.ts";
+import type { Observation, ObservationKind } from "../badge-sim/virtual-badge.ts";
+import { formatConsoleCommand, type ConsoleCommand, type ConsoleEvent } from "../firmware/index.ts";
+import { powerCutPlan, type PowerCutPlan, type PowerRelay } from "./power-relay.ts";
+import type { SerialConsole } from "./serial-console.ts";
+
+/** What hil/model-oracle.ts's ModelOracle offers: the model's verdict on each console event. */
+export interface ConsoleOracle {
+  observe(event: ConsoleEvent): { previous: string; observed: string; allowed: string[]; message: string } | null;
+}
+
+export interface SerialTargetOptions {
+  /** `simulated`: the serial-served simulated badge (simulator-only commands); `real`: a badge in wall time */
+  badge: "simulated" | "real";
+  /** a real badge's power relay; without one, a scenario with a power fault cannot run on a real badge */
+  relay?: PowerRelay | null;
+  /** how long a real badge stays without power after a cut (wall ms, default 1000) */
+  powerOffMs?: number;
+  /** how long one step may take before the badge counts as stuck (wall ms; default 10 s simulated, 5 min real) */
+  stepTimeoutMs?: number;
+  /** a real badge: wall ms to let a command take effect before asking for `status` (default 300) */
+  settleMs?: number;
+  oracle?: ConsoleOracle | null;
+  /** where the console's transcript is saved, for failure messages */
+  transcriptPath?: string;
+}
+
+/** The target could not do what a scenario asks (no relay for a power fault, the badge refused a command). */
+export class SerialTargetError extends Error {
+  override name = "SerialTargetError";
+}
+
+export class SerialTarget implements BadgeTarget {
+  readonly observations: Observation[] = [];
+  readonly #serial: SerialConsole;
+  readonly #options: SerialTargetOptions;
+  readonly #started = performance.now();
+  #state = "unknown";
+  #version: string | null = null;
+  #provisioned = true;
+  #states: string[] = [];
+  #screens: string[] = [];
+  #cuts: PowerFault[] = [];
+  #plan: PowerCutPlan | null = null;
+  #deviation: { previous: string; observed: string; allowed: string[]; message: string } | null = null;
+
+  constructor(serial: SerialConsole, options: SerialTargetOptions) {
+    this.#serial = serial;
+    this.#options = options;
+  }
+
+  get simulated(): boolean {
+    return this.#options.badge === "simulated";
+  }
+
+  checkForUpdate = () => this.#send({ name: "check" });
+  syncNow = () => this.#send({ name: "sync" });
+  tapCard = (uid: string) => this.#send({ name: "tap", uid });
+  plugIn = () => this.#send({ name: "plug" });
+  unplug = () => this.#send({ name: "unplug" });
+
+  async wait(seconds: number): Promise<void> {
+    if (this.simulated) return this.#send({ name: "wait", seconds });
+    this.#note("input", `wait ${seconds} s`);
+    await sleep(seconds * 1000);
+  }
+
+  async armBrownout(fault: PowerFault): Promise<void> {
+    if (this.simulated) return this.#send({ name: "brownout", at: "during" in fault ? "switch" : fault.atPercent });
+    if (!this.#options.relay) throw new SerialTargetError("the scenario cuts the power, and this rig has no power relay (`power` in the rig file)");
+    this.#cuts.push(fault);
+  }
+
+  async comeToRest(options: { poweredOnly?: boolean } = {}): Promise<void> {
+    if (this.simulated) {
+      // The simulated badge runs on its own clock: ask it to run to rest, then ask where it is.
+      await this.#send({ name: "rest", powered: options.poweredOnly === true });
+      const status = await this.#status();
+      if (!isRestingState(status.state, options)) throw new SerialTargetError(`the simulated badge said it rested, then reported state ${status.state}`);
+      return;
+    }
+    const limit = performance.now() + (this.#options.stepTimeoutMs ?? 300_000);
+    for (;;) {
+      if (isRestingState(this.#state, options)) {
+        // The console is off without power and in deep sleep: the last state printed is the answer.
+        if (this.#state === "off" || this.#state === "asleep") return;
+        await sleep(this.#options.settleMs ?? 300);
+        const status = await this.#status();
+        if (isRestingState(status.state, options)) return;
+      }
+      const left = limit - performance.now();
+      if (left <= 0) throw this.#stuck(options, this.#options.stepTimeoutMs ?? 300_000);
+      await this.#nextEvent(left, `a resting state (${restingList(options)}); the badge is in ${this.#state}`);
+    }
+  }
+
+  state = () => this.#state;
+  runningVersion = () => this.#version;
+  isProvisioned = () => this.#provisioned;
+  stateHistory = () => [...this.#states];
+  screenHistory = () => [...this.#screens];
+  elapsedMs = () => Math.round(performance.now() - this.#started);
+
+  extraChecks() {
+    if (!this.#options.oracle) return [];
+    const deviation = this.#deviation;
+    const transcript = ` (${this.#transcriptPath()})`;
+    return [
+      deviation
+        ? { field: "model", expected: `from ${deviation.previous}: ${deviation.allowed.join(", ")}`, observed: `${deviation.observed}: ${deviation.message}${transcript}`, passed: false }
+        : { field: "model", expected: "every console event allowed by the badge model", observed: "every console event allowed by the badge model", passed: true },
+    ];
+  }
+
+  async close(): Promise<void> {
+    await this.#serial.close();
+  }
+
+  /** A real badge at the start of a session: reset it, so its state is known, and wait for its boot. */
+  async reset(timeoutMs = 10_000): Promise<void> {
+    await this.#send({ name: "reboot" });
+    await this.#nextEvent(timeoutMs, `a boot event after reboot (is the badge asleep? press its button)`, (event) => event.kind === "boot");
+  }
+
+  /** Asks for `status` and reads events up to its answer. */
+  async #status(): Promise<Extract<ConsoleEvent, { kind: "status" }>> {
+    await this.#send({ name: "status" });
+    const timeout = this.#options.stepTimeoutMs ?? (this.simulated ? 10_000 : 10_000);
+    const event = await this.#nextEvent(timeout, "the answer to status", (e) => e.kind === "status");
+    return event as Extract<ConsoleEvent, { kind: "status" }>;
+  }
+
+  async #send(command: ConsoleCommand): Promise<void> {
+    this.#note("input", formatConsoleCommand(command));
+    await this.#serial.send(command);
+  }
+
+  /** Reads events until one `until` accepts (default: the next one), noting each; fails on `refused`. */
+  async #nextEvent(timeoutMs: number, what: string, until: (event: ConsoleEvent) => boolean = () => true): Promise<ConsoleEvent> {
+    for (;;) {
+      let event: ConsoleEvent;
+      try {
+        event = await this.#serial.expectEvent(() => true, { timeoutMs });
+      } catch (error) {
+        throw new SerialTargetError(`waiting for ${what}: ${(error as Error).message}`, { cause: error });
+      }
+      await this.#take(event);
+      if (until(event)) return event;
+    }
+  }
+
+  async #take(event: ConsoleEvent): Promise<void> {
+    const deviation = this.#options.oracle?.observe(event) ?? null;
+    if (deviation && !this.#deviation) this.#deviation = deviation;
+    switch (event.kind) {
+      case "boot":
+        this.#version = event.version;
+        this.#note("boot", `${event.slot} ${event.version} (${event.cause})`);
+        return;
+      case "state":
+        this.#enter(event.path);
+        return;
+      case "screen":
+        this.#screens.push(event.text);
+        this.#note("screen", event.text);
+        return;
+      case "status":
+        this.#version = event.version;
+        this.#provisioned = event.token;
+        if (event.state !== this.#state) this.#enter(event.state);
+        this.#note("answer", `status: ${event.version} ${event.slot} ${event.state} ${event.mv} mV ${event.power} token=${event.token ? "yes" : "no"}`);
+        return;
+      case "token.cleared":
+        this.#provisioned = false;
+        this.#note("token.cleared", `the server refused the device token (401) on ${event.request}`);
+        return;
+      case "report.stored":
+      case "report.cleared":
+        this.#note(event.kind, event.report);
+        return;
+      case "report.sent":
+        this.#note(event.kind, `ota=${event.report}`);
+        return;
+      case "tap.queued":
+        this.#note(event.kind, `${event.n}|${event.uid}|${event.at}`);
+        return;
+      case "progress":
+        this.#note("flash.write", `download ${event.bytes} of ${event.total} bytes`);
+        await this.#maybeCut({ progress: event });
+        return;
+      case "md5":
+        this.#note("answer", `md5 ${event.result}: got ${event.got}, want ${event.want}`);
+        return;
+      case "switch":
+        this.#note("flash.write", `otadata: boot ${event.slot}`);
+        await this.#maybeCut({ switch: true });
+        return;
+      case "refused":
+        this.#note("answer", `refused ${event.command}: ${event.reason}`);
+        throw new SerialTargetError(`the badge refused ${JSON.stringify(event.command)}: ${event.reason}`);
+    }
+  }
+
+  #enter(path: string): void {
+    this.#state = path;
+    this.#states.push(path);
+    this.#note("state", path);
+  }
+
+  /** A real badge's power fault: the relay cuts at the planned progress byte (or the switch), then powers it back on. */
+  async #maybeCut(at: { progress?: { bytes: number; total: number }; switch?: boolean }): Promise<void> {
+    const relay = this.#options.relay;
+    if (!relay || this.simulated) return;
+    if (!this.#plan && this.#cuts.length > 0 && at.progress) this.#plan = powerCutPlan(this.#cuts[0]!, at.progress.total);
+    if (!this.#plan && this.#cuts.length > 0 && at.switch) this.#plan = powerCutPlan(this.#cuts[0]!, 1);
+    const plan = this.#plan;
+    if (!plan) return;
+    const due = plan.cutAt === "switch" ? at.switch === true : at.progress !== undefined && at.progress.bytes >= plan.byte;
+    if (!due) return;
+    this.#cuts.shift();
+    this.#plan = null;
+    this.#note("power", `relay off (${plan.cutAt === "switch" ? "at the switch" : `at byte ${plan.byte}`})`);
+    await relay.off();
+    this.#enter("off");
+    this.#options.oracle?.observe({ kind: "state", path: "off" });
+    await sleep(this.#options.powerOffMs ?? 1000);
+    await relay.on();
+    this.#note("power", "relay on");
+  }
+
+  #stuck(options: { poweredOnly?: boolean }, ms: number): SerialTargetError {
+    return new SerialTargetError(`the badge did not come to rest (${restingList(options)}) within ${ms} ms; it is in ${this.#state}\n${this.#transcriptPath()}`);
+  }
+
+  #transcriptPath(): string {
+    return this.#options.transcriptPath ? `transcript: ${this.#options.transcriptPath}` : `console ${this.#serial.path}, no transcript saved`;
+  }
+
+  #note(kind: ObservationKind, detail: string): void {
+    this.observations.push({ t: Math.round(performance.now() - this.#started), kind, detail });
+  }
+}
+
+function restingList(options: { poweredOnly?: boolean }): string {
+  return ["awake.idle", "awake.plugInPrompt", "asleep", "unprovisioned", "bricked", ...(options.poweredOnly ? [] : ["off"])].join(", ");
+}
