@@ -222,6 +222,17 @@ export class VirtualBadge {
     }
   }
 
+  /**
+   * esp_restart() (the console's `reboot`): the run ends where it stands, its timers and sockets
+   * with it, and the badge boots again from what flash and NVS hold. Without power, nothing runs
+   * to restart.
+   */
+  restart(): void {
+    if (this.#stopped || !this.#run) return;
+    this.#end();
+    this.#start("restart");
+  }
+
   /** Powers the badge off for good: no more runs, timers or sockets. */
   stop(): void {
     this.#stopped = true;

@@ -95,6 +95,7 @@ export class SimSerialBadge {
 
   async #execute(line: string): Promise<void> {
     if (this.#stopped) return;
+    const poweringOn = this.#badge === null;
     this.start();
     const badge = this.#badge!;
     const parsed = parseConsoleCommand(line);
@@ -103,14 +104,15 @@ export class SimSerialBadge {
     const command = parsed.command;
     try {
       this.#log(`console: ${line.trim()}`);
-      await this.#run(badge, command);
+      await this.#run(badge, command, poweringOn);
     } catch (error) {
       if (this.#stopped) return;
       this.#event({ kind: "refused", command: line.trim(), reason: `the simulated badge failed: ${(error as Error).message}` });
     }
   }
 
-  async #run(badge: VirtualBadge, command: ConsoleCommand): Promise<void> {
+  /** `poweringOn`: the command is the first the badge hears, and it powered on to hear it. */
+  async #run(badge: VirtualBadge, command: ConsoleCommand, poweringOn: boolean): Promise<void> {
     const toRest = () => badge.runUntil((b) => isRestingState(b.state()));
     switch (command.name) {
       case "check":
@@ -139,7 +141,13 @@ export class SimSerialBadge {
       case "status":
         return this.#status(badge);
       case "reboot":
-        return this.#event({ kind: "refused", command: "reboot", reason: "the simulated badge cannot restart on command" });
+        // esp_restart(): the ROM's reset banner, then a boot from what flash and NVS hold. A badge
+        // that has just powered on to hear the command has nothing to restart.
+        if (!poweringOn && badge.state() !== "off") {
+          this.#noise("ets Jul 29 2019 12:21:46", "", "rst:0xc (SW_CPU_RESET),boot:0x13 (SPI_FAST_FLASH_BOOT)");
+          badge.restart();
+        }
+        return toRest();
     }
   }
 
@@ -360,7 +368,30 @@ export async function serveOnPty(makeBadge: () => VirtualBadge): Promise<ServedB
       throw new Error(`socat did not make a pty pair in ${dir}${failed ? `: ${failed.message}` : ""}; is socat installed (apt-get install socat)?`);
     }
   }
-  const port = new SerialPort({ path: badgePath, baudRate: 115200, autoOpen: false, lock: false });
+  let served: { bridge: SimSerialBadge; close(): Promise<void> };
+  try {
+    served = await serveOnPort(badgePath, makeBadge);
+  } catch (error) {
+    await stopSocat();
+    throw error;
+  }
+  return {
+    path: hostPath,
+    bridge: served.bridge,
+    close: async () => {
+      await served.close();
+      await stopSocat();
+    },
+  };
+}
+
+/**
+ * Serves a simulated badge on the badge end of a serial line that exists already (one end of a
+ * socat pty pair, or a real port with a null-modem cable to the host), opened with the
+ * platform's binding. The badge powers on at the first line the host sends.
+ */
+export async function serveOnPort(path: string, makeBadge: () => VirtualBadge, options: { baudRate?: number } = {}): Promise<{ bridge: SimSerialBadge; close(): Promise<void> }> {
+  const port = new SerialPort({ path, baudRate: options.baudRate ?? 115200, autoOpen: false, lock: false });
   await new Promise<void>((resolve, reject) => port.open((error) => (error ? reject(error) : resolve())));
   port.on("error", () => {});
   const bridge = new SimSerialBadge(makeBadge, (text) => {
@@ -368,12 +399,10 @@ export async function serveOnPty(makeBadge: () => VirtualBadge): Promise<ServedB
   });
   port.on("data", (chunk: Buffer) => bridge.hear(chunk));
   return {
-    path: hostPath,
     bridge,
     close: async () => {
       await bridge.stop();
       if (port.isOpen) await new Promise((resolve) => port.close(resolve));
-      await stopSocat();
     },
   };
 }

@@ -17,6 +17,7 @@ import { DEFAULT_STALL_TIMEOUT_MS } from "../badge-sim/scenario-runner.ts";
 import { runSimCoverage } from "./sim-coverage.ts";
 import { runHilRun } from "./hil-run.ts";
 import { runSimRun } from "./sim-run.ts";
+import { runSimSerial } from "./sim-serial.ts";
 import { runHilFlashCommand, runHilMonitor, runHilPorts } from "./hil-console.ts";
 import { SimSetupError } from "./sim-server.ts";
 import { openStore, type Store } from "../server/store/database.ts";
@@ -309,6 +310,19 @@ export function buildCli(argv: string[]) {
               stallTimeoutMs: args.stallTimeout,
               interactive: process.stderr.isTTY === true && !process.env.CI,
             });
+          },
+        )
+        .command(
+          "serial",
+          "a simulated badge on a serial port (one end of a socat pty pair), for hil monitor and hil run without hardware; Ctrl-C to end",
+          (k) =>
+            k
+              .option("port", { type: "string", demandOption: true, describe: "the badge end of the serial line, e.g. one end of a socat pty pair" })
+              .option("server", { type: "string", demandOption: true, describe: "the server the badge talks to, http://HOST:PORT" })
+              .option("token", { type: "string", demandOption: true, describe: "the badge's device token from `badgebench devices add`" })
+              .option("version", { type: "string", default: "1.4.0", describe: "the firmware version the badge runs" }),
+          async (args) => {
+            process.exitCode = await runSimSerial({ port: args.port, serverUrl: args.server, token: args.token, version: args.version });
           },
         )
         .command(

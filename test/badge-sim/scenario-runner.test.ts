@@ -3,7 +3,7 @@
 // `badgebench sim run` exits 1 on a failure, prints plain lines off a terminal and an updating
 // line on one, writes a JUnit report that validates against fixtures/junit/junit.xsd, and plays
 // against a running server with --server and --data.
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -11,9 +11,9 @@ import { loadScenario, parseScenario, type Scenario } from "../../badge-sim/scen
 import { runScenario } from "../../badge-sim/scenario-runner.ts";
 import { prepareInProcess } from "../../scripts/sim-run.ts";
 import { baseEnv, killLeftoverServers, ROOT, run, serve, stop, tempDirs } from "../server/cli-process.ts";
+import { junitProblems } from "./junit-schema.ts";
 
 const SHIPPED = path.join(ROOT, "fixtures/scenarios");
-const XSD = path.join(ROOT, "fixtures/junit/junit.xsd");
 const shipped = fs
   .readdirSync(SHIPPED)
   .filter((f) => f.endsWith(".json"))
@@ -28,13 +28,6 @@ function variant(file: string, change: (json: any) => void): string {
   const out = path.join(tempDir("variant"), file);
   fs.writeFileSync(out, JSON.stringify(json));
   return out;
-}
-
-/** xmllint's verdict on a JUnit report: null when it validates, else what it said. */
-function junitProblems(file: string): string | null {
-  const result = spawnSync("xmllint", ["--noout", "--schema", XSD, file], { encoding: "utf8" });
-  if (result.error) throw new Error(`xmllint is needed to validate JUnit reports (apt-get install libxml2-utils): ${result.error.message}`);
-  return result.status === 0 ? null : result.stderr;
 }
 
 describe("the shipped scenarios on the virtual badge", () => {

@@ -37,6 +37,8 @@ export interface RunOptions {
   cwd?: string;
   /** What node runs instead of the badgebench command, e.g. ["--import", "tsx", "scripts/publish.ts"]. */
   program?: string[];
+  /** ms before the command is killed and the run rejects (default 20 s) */
+  timeoutMs?: number;
 }
 
 /** Runs one CLI command to completion; never rejects on a non-zero exit. */
@@ -54,7 +56,7 @@ export function run(args: string[], options: RunOptions = {}): Promise<RunResult
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
       reject(new Error(`badgebench ${args.join(" ")} timed out\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, CLI_TIMEOUT_MS);
+    }, options.timeoutMs ?? CLI_TIMEOUT_MS);
     child.on("error", (error) => {
       clearTimeout(timer);
       reject(error);

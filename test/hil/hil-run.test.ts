@@ -1,0 +1,162 @@
+// `badgebench hil run` end to end, with the simulated badge standing in for the rig's real one:
+// a real server (`badgebench serve`) on a data directory where the test published a release and
+// registered the badge with `devices add`; `badgebench sim serial` serving the badge with that
+// device's token on one end of a socat pty pair; a rig file whose `port` is the other end; and
+// `badgebench hil run` playing scenario files through the rig, each one starting with `reboot`.
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
+import { createVirtualBadge } from "../../badge-sim/virtual-badge.ts";
+import { SerialConsole } from "../../hil/serial-console.ts";
+import { serveOnMockPort } from "../../hil/sim-serial-badge.ts";
+import { junitProblems } from "../badge-sim/junit-schema.ts";
+import { baseEnv, DEMO, killLeftoverServers, ROOT, run, serve, stop, tempDirs, type Server } from "../server/cli-process.ts";
+
+const SCRIPT = join(ROOT, "scripts/badgebench.js");
+const SCENARIOS = join(ROOT, "fixtures/scenarios");
+const scratch = tempDirs("hil-run");
+const cleanups: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+afterAll(killLeftoverServers);
+// every test starts the CLI (tsx compiles it) several times, on 2 shared cores
+vi.setConfig({ testTimeout: 120_000 });
+
+describe("the simulated badge's reboot", () => {
+  it("restarts the badge from what its flash and NVS hold, with the ROM's reset banner", async () => {
+    const served = serveOnMockPort(() =>
+      createVirtualBadge({ serverUrl: "http://127.0.0.1:9", token: "dtk_test_reboot", version: "1.4.0", battery: { volts: 3.95, charging: true, externalPower: true } }),
+    );
+    const serial = await SerialConsole.open({ port: served.path, binding: served.binding });
+    cleanups.push(async () => {
+      await serial.close();
+      await served.close();
+    });
+    expect(await serial.expectEvent("boot")).toMatchObject({ slot: "ota_0", version: "1.4.0", cause: "power-on" });
+    await serial.send({ name: "reboot" });
+    await serial.expect(/rst:0xc \(SW_CPU_RESET\)/);
+    expect(await serial.expectEvent("boot")).toMatchObject({ slot: "ota_0", version: "1.4.0", cause: "restart" });
+    await serial.send({ name: "status" });
+    expect(await serial.expectEvent("status")).toMatchObject({ version: "1.4.0", token: true });
+    expect(served.bridge.badge?.token()).toBe("dtk_test_reboot");
+  });
+});
+
+/** A socat pty pair: `sim serial` serves the badge on `badgePath`, the rig's port is `hostPath`. */
+async function ptyPair(): Promise<{ hostPath: string; badgePath: string }> {
+  const dir = scratch("pty");
+  const [hostPath, badgePath] = [join(dir, "host"), join(dir, "badge")];
+  const socat = spawn("socat", [`pty,raw,echo=0,link=${hostPath}`, `pty,raw,echo=0,link=${badgePath}`], { stdio: "ignore" });
+  const exited = new Promise((resolve) => socat.once("exit", resolve));
+  cleanups.push(async () => {
+    if (socat.exitCode === null && socat.signalCode === null) socat.kill();
+    await exited;
+  });
+  await vi.waitFor(() => expect(existsSync(hostPath) && existsSync(badgePath)).toBe(true), { timeout: 5000, interval: 20 });
+  return { hostPath, badgePath };
+}
+
+/** `badgebench sim serial ...`, resolved once it says it serves the badge. */
+async function simSerial(args: string[]): Promise<{ child: ChildProcess; stderr(): string; exited: Promise<number | null> }> {
+  const child = spawn(process.execPath, [SCRIPT, "sim", "serial", ...args], { cwd: ROOT, env: baseEnv(), stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  child.stdout!.resume();
+  const exited = new Promise<number | null>((resolve) => child.once("close", (code) => resolve(code)));
+  cleanups.push(async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    await exited;
+  });
+  await vi.waitFor(() => expect(stderr).toMatch(/^simulated badge 1\.4\.0 on /m), { timeout: 30_000, interval: 50 });
+  return { child, stderr: () => stderr, exited };
+}
+
+/** A data directory with the demo school, release 1.5.0 published and the rig's badge added; its server running. */
+async function rigServer(): Promise<{ dataDir: string; server: Server; token: string }> {
+  const dataDir = scratch("data");
+  const image = join(scratch("image"), "badge-1.5.0.bin");
+  const env = baseEnv({ BADGE_DEV_WIFI_PASSWORD: "dev-wifi-for-tests" });
+  expect((await run(["import", DEMO, "--data", dataDir])).code).toBe(0);
+  expect((await run(["--import", "tsx", "scripts/make-test-image.ts", "--version", "1.5.0", "--size", "256KiB", "--out", image], { program: [] })).code).toBe(0);
+  expect((await run(["publish", image, "1.5.0", "--data", dataDir], { env })).code).toBe(0);
+  const added = await run(["devices", "add", "--room", "R101", "--model", "esp32-badge", "--name", "rig badge", "--data", dataDir, "--json"]);
+  expect(added.code, added.stderr).toBe(0);
+  const server = await serve(["--data", dataDir]);
+  cleanups.push(async () => void (await stop(server)));
+  return { dataDir, server, token: JSON.parse(added.stdout).token };
+}
+
+const scenario = (name: string) => join(SCENARIOS, name);
+
+describe("hil run on the simulated badge over a socat pty pair", () => {
+  it("plays what the rig can, skips what needs another release or a revoked token, and writes a JUnit report that validates", async () => {
+    const { dataDir, server, token } = await rigServer();
+    const { hostPath, badgePath } = await ptyPair();
+    const badge = await simSerial(["--port", badgePath, "--server", server.url, "--token", token]);
+    const work = scratch("work");
+    const rig = join(work, "rig.json");
+    writeFileSync(rig, JSON.stringify({ name: "sim-rig", port: hostPath, power: null, server: { url: `${server.url}/`, deviceToken: token, dataDir } }));
+    const junit = join(work, "report.xml");
+    const files = ["happy-path.json", "crash-on-boot.json", "refusal-no-release.json", "revoked-token.json"].map(scenario);
+
+    // cwd: the transcripts go to ./var/transcripts
+    const result = await run(["hil", "run", ...files, "--rig", rig, "--junit", junit, "--json"], { cwd: work, timeoutMs: 90_000 });
+    expect(result.code, result.stderr).toBe(0);
+    const body = JSON.parse(result.stdout);
+    expect(body).toMatchObject({ object: "hil_run", scenarios: 4, passed: 1, failed: 0, errors: 0, skipped: 3 });
+    const [happy, crash, noRelease, revoked] = body.results;
+    expect(happy).toMatchObject({ name: "happy path", outcome: "passed", message: null });
+    // every expectation of the file, and the model's verdict on every console event
+    expect(happy.checks.map((c: { field: string }) => c.field).sort()).toEqual(
+      ["expect.fleetState", "expect.report", "expect.runningVersion", "expect.screen", "expect.states", "model"].sort(),
+    );
+    expect(crash).toMatchObject({ outcome: "skipped", message: expect.stringContaining("offers 1.5.0; the scenario needs 1.5.0 (an image that crashes on boot) (publish it") });
+    expect(noRelease).toMatchObject({ outcome: "skipped", message: expect.stringContaining("offers 1.5.0; the scenario needs no release") });
+    expect(revoked).toMatchObject({ outcome: "skipped", message: expect.stringMatching(/revokes the badge's device token/) });
+
+    expect(junitProblems(junit)).toBeNull();
+    const xml = readFileSync(junit, "utf8");
+    expect(xml.match(/<skipped/g)).toHaveLength(3);
+    expect(xml).toContain("badgebench scenarios on rig sim-rig");
+
+    // The badge went over the serial line: the session's transcript starts with the reboot it was sent.
+    const transcripts = readdirSync(join(work, "var/transcripts"));
+    expect(transcripts).toEqual([expect.stringMatching(/-1-happy-path\.txt$/)]);
+    const transcript = readFileSync(join(work, "var/transcripts", transcripts[0]!), "utf8");
+    expect(transcript).toMatch(/^\+\d+\.\d{3} > reboot\\n$/m);
+    expect(transcript).toContain("@bb boot slot=ota_1 version=1.5.0 cause=restart");
+
+    // The badge now runs 1.5.0 from ota_1: the next run's reboot restarts it there, and the
+    // happy path (which starts at 1.4.0) is an error that says to flash it.
+    const again = await run(["hil", "run", scenario("happy-path.json"), "--rig", rig, "--json"], { cwd: work, timeoutMs: 90_000 });
+    expect(again.code).toBe(1);
+    expect(JSON.parse(again.stdout).results[0]).toMatchObject({
+      outcome: "error",
+      message: "the badge runs 1.5.0; the scenario starts at 1.4.0 (flash it first: badgebench hil flash)",
+    });
+    const second = readdirSync(join(work, "var/transcripts")).find((name) => !transcripts.includes(name))!;
+    expect(readFileSync(join(work, "var/transcripts", second), "utf8")).toContain("rst:0xc (SW_CPU_RESET)");
+
+    badge.child.kill("SIGTERM");
+    expect(await badge.exited).toBe(0);
+  });
+
+  it("refuses a bad rig file, naming each bad field, exit 1", async () => {
+    const dir = scratch("bad-rig");
+    const rig = join(dir, "rig.json");
+    writeFileSync(rig, JSON.stringify({ name: "sim-rig", port: 42, power: null, server: { url: "http://127.0.0.1:9", deviceToken: "not-a-token" } }));
+    const result = await run(["hil", "run", scenario("happy-path.json"), "--rig", rig], { cwd: dir });
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toMatch(/^badgebench: rig\.json: not a valid rig file:\n/);
+    expect(result.stderr).toMatch(/^ {2}port: expected a device path such as "\/dev\/ttyACM0"/m);
+    expect(result.stderr).toMatch(/^ {2}server\.deviceToken: expected the badge's device token from `badgebench devices add`/m);
+    expect(result.stderr).not.toMatch(/\n\s+at /);
+
+    const json = await run(["hil", "run", scenario("happy-path.json"), "--rig", rig, "--json"], { cwd: dir });
+    expect(json.code).toBe(1);
+    expect(JSON.parse(json.stdout)).toEqual({ error: { code: "invalid_request", message: expect.stringContaining("server.deviceToken") } });
+  });
+});
