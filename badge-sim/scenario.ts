@@ -2,12 +2,11 @@
 // what the wearer does, which faults strike, and what must be observed. One file runs unchanged
 // on the simulated badge and, later, on a real one (hil/). The schema is the documentation of
 // the format; fixtures/scenarios/README.md explains it field by field.
-import fs from "node:fs";
-import path from "node:path";
 import { z } from "zod";
 import { isReleaseVersion, OTA_SLOT_BYTES, parseVersion } from "../firmware/index.ts";
 import { badgeMachine } from "./badge-machine.ts";
 import { faultSchema } from "./fault-proxy.ts";
+import { describeIssues, displayName, readJsonFile } from "./json-file.ts";
 
 const version = z.string().refine((v) => parseVersion(v) !== null, "expected three dotted numbers, like 1.4.0 (a -dev or +build suffix is allowed)");
 const releaseVersion = z.string().refine(isReleaseVersion, "expected a publishable version, like 1.5.0 or 1.5.0-rc1");
@@ -96,33 +95,14 @@ export class ScenarioError extends Error {
   override name = "ScenarioError";
 }
 
-function fieldOf(issuePath: PropertyKey[]): string {
-  return issuePath.reduce<string>((out, part) => (typeof part === "number" ? `${out}[${part}]` : out ? `${out}.${String(part)}` : String(part)), "") || "(the file)";
-}
-
 export function parseScenario(json: unknown, file: string): Scenario {
   const parsed = scenarioSchema.safeParse(json);
-  if (!parsed.success) {
-    const lines = parsed.error.issues.map((issue) => `  ${fieldOf(issue.path)}: ${issue.message}`);
-    throw new ScenarioError(`${file}: not a valid scenario:\n${lines.join("\n")}`);
-  }
+  if (!parsed.success) throw new ScenarioError(`${file}: not a valid scenario:\n${describeIssues(parsed.error).join("\n")}`);
   return { ...parsed.data, file };
 }
 
 export function loadScenario(file: string): Scenario {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, "utf8");
-  } catch (error) {
-    throw new ScenarioError(`${file}: cannot read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new ScenarioError(`${file}: not JSON: ${(error as Error).message}`);
-  }
-  return parseScenario(json, path.relative(process.cwd(), file) || file);
+  return parseScenario(readJsonFile(file, (message) => new ScenarioError(message)), displayName(file));
 }
 
 /** Matches an `ota=` report against a pattern where `*` stands for any run of characters. */

@@ -2,10 +2,10 @@
 // port, its power relay, the server it talks to, the fault proxy it is pointed at, and where the
 // rig's events go. The schema is the documentation of the format; fixtures/rigs/README.md
 // explains it field by field.
-import fs from "node:fs";
 import path from "node:path";
 import { z } from "zod";
 import { brokerUrlSchema, topicLevelSchema } from "./mqtt-broker.ts";
+import { describeIssues, displayName, readJsonFile } from "../badge-sim/json-file.ts";
 import { rigNameSchema } from "./rig-events.ts";
 
 /** USB ids as serialport lists them on Linux (lower-case hex); Windows lists them upper-case. */
@@ -85,27 +85,5 @@ export function parseRigFile(json: unknown, file: string): Rig {
 }
 
 export function loadRigFile(file: string): Rig {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, "utf8");
-  } catch (error) {
-    throw new RigFileError(`${file}: cannot read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new RigFileError(`${file}: not JSON: ${(error as Error).message}`);
-  }
-  return parseRigFile(json, path.relative(process.cwd(), file) || file);
+  return parseRigFile(readJsonFile(file, (message) => new RigFileError(message)), displayName(file));
 }
-
-function describeIssues(error: z.ZodError): string[] {
-  return error.issues.flatMap((issue) =>
-    issue.code === "unrecognized_keys"
-      ? issue.keys.map((key) => `  ${fieldOf([...issue.path, key])}: unknown field`)
-      : [`  ${fieldOf(issue.path)}: ${issue.message}`],
-  );
-}
-
-const fieldOf = (issuePath: PropertyKey[]) => z.core.toDotPath(issuePath) || "(the file)";

@@ -37,8 +37,6 @@ const MockBinding = SerialPortMock.binding;
 /** The badge prints progress at least this often, and at the last byte. */
 const PROGRESS_STEP_BYTES = 64 * 1024;
 
-const otherSlot = (slot: SlotName): SlotName => (slot === "ota_0" ? "ota_1" : "ota_0");
-
 /**
  * One simulated badge behind a console. `start()` powers it on (the transport calls it when the
  * host is there); `hear()` takes the bytes the host wrote; what the badge prints goes to `print`.

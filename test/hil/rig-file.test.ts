@@ -31,7 +31,7 @@ describe("the example rig file", () => {
   });
 
   it("may leave out the optional fields, and say the rig has no relay", () => {
-    const { name, port, server } = example();
+    const { name, server } = example();
     const rig = loadRigFile(write({ name, port: "/dev/ttyACM0", power: null, server: { url: server.url, deviceToken: server.deviceToken } }));
     expect(rig).toMatchObject({ name, port: "/dev/ttyACM0", baudRate: 115200, power: null });
     expect(rig.proxy).toBeUndefined();
