@@ -16,6 +16,7 @@ import { listDevices } from "../server/store/devices-store.ts";
 import { DEFAULT_STALL_TIMEOUT_MS } from "../badge-sim/scenario-runner.ts";
 import { runSimCoverage } from "./sim-coverage.ts";
 import { runHilRun } from "./hil-run.ts";
+import { runSimFleet } from "./sim-fleet.ts";
 import { runSimRun } from "./sim-run.ts";
 import { runSimSerial } from "./sim-serial.ts";
 import { runHilFlashCommand, runHilMonitor, runHilPorts } from "./hil-console.ts";
@@ -323,6 +324,33 @@ export function buildCli(argv: string[]) {
               .option("version", { type: "string", default: "1.4.0", describe: "the firmware version the badge runs" }),
           async (args) => {
             process.exitCode = await runSimSerial({ port: args.port, serverUrl: args.server, token: args.token, version: args.version });
+          },
+        )
+        .command(
+          "fleet",
+          "many virtual badges checking in against one server; a table of outcomes and the server's latencies",
+          (k) =>
+            k
+              .option("badges", { type: "number", demandOption: true, describe: "how many badges" })
+              .option("downloading", { type: "number", describe: "badges whose wearer asks for the update (default: a tenth)" })
+              .option("server", { type: "string", describe: "a running server's URL (default: a server in this process)" })
+              .option("data", { type: "string", describe: "with --server: that server's data directory on this machine" })
+              .option("image-size", { type: "number", describe: "bytes of the release image, in-process server only (default 262144)" })
+              .option("spread-ms", { type: "number", describe: "wall ms over which the badges boot (default 10 per badge)" })
+              .option("seed", { type: "number", describe: "seed of the schedule, so a run repeats" })
+              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+          async (args) => {
+            process.exitCode = await runSimFleet({
+              badges: args.badges,
+              downloading: args.downloading,
+              server: args.server,
+              data: args.data,
+              imageSize: args.imageSize,
+              spreadMs: args.spreadMs,
+              seed: args.seed,
+              json: args.json,
+              progress: true,
+            });
           },
         )
         .command(
