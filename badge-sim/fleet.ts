@@ -18,6 +18,7 @@ import { monitorEventLoopDelay, type IntervalHistogram } from "node:perf_hooks";
 import { pathToFileURL } from "node:url";
 import { Worker } from "node:worker_threads";
 import type { BatteryOptions } from "./hardware/battery.ts";
+import { seededRandom } from "./seeded-random.ts";
 
 export interface FleetBadge {
   /** the NVS token; null for a badge that was never provisioned */
@@ -206,7 +207,7 @@ export async function runFleet(options: FleetOptions): Promise<FleetSummary> {
   if (!(Number.isInteger(maxLive) && maxLive >= 1)) throw new RangeError(`maxLiveBadges ${maxLive} must be a whole number of at least 1`);
   if (!(Number.isInteger(threads) && threads >= 1)) throw new RangeError(`threads ${options.threads} must be a whole number of at least 1`);
 
-  const random = mulberry32(options.seed ?? 1);
+  const random = seededRandom(options.seed ?? 1);
   // In whole numbers, so the count is exactly the share of the fleet, rounded.
   const askers = Math.round(updateShare * badges.length);
   const asks = badges.map((_, i) => Math.floor(((i + 1) * askers) / badges.length) > Math.floor((i * askers) / badges.length));
@@ -353,17 +354,6 @@ function statsOf(samples: number[]): LatencyStats | null {
   return { count: sorted.length, p50: at(50), p90: at(90), p99: at(99), max: sorted[sorted.length - 1]! };
 }
 
-/** mulberry32: a small seeded generator, so a fleet's boot and press moments repeat from run to run. */
-function mulberry32(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
 
 const LATENCY_LABELS: Record<RequestKind, string> = {
   check: "check",

@@ -3,25 +3,15 @@
 // Usage: tsx scripts/make-demo-school.ts [OUT]
 import fs from "node:fs";
 import type { SchoolFile } from "../server/services/school-import.ts";
+import { seededRandom } from "../badge-sim/seeded-random.ts";
 
 const FIRST = ["Ada", "Ben", "Chloe", "Dev", "Elif", "Farah", "Gus", "Hana", "Ivan", "Jun", "Kemi", "Liam", "Maya", "Nico", "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tara", "Uma", "Victor", "Wren", "Xin", "Yusuf", "Zoe"];
 const LAST = ["Abbott", "Baker", "Chen", "Diaz", "Evans", "Fischer", "Garcia", "Haddad", "Ito", "Jones", "Khan", "Lopez", "Moreau", "Novak", "Okafor", "Patel", "Quist", "Rossi", "Silva", "Tanaka", "Usman", "Vargas", "Wong", "Yilmaz", "Zielinski"];
 const SUBJECTS = ["Mathematics", "English", "Physics", "Chemistry", "Biology", "History", "Geography", "Art", "Music", "Computing"];
 const PERIODS = [["08:30", "09:20"], ["09:30", "10:20"], ["10:40", "11:30"], ["11:40", "12:30"], ["13:30", "14:20"], ["14:30", "15:20"]] as const;
 
-function prng(seed: number) {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export function makeDemoSchool(): SchoolFile {
-  const random = prng(20261122);
+  const random = seededRandom(20261122);
   const pick = <T>(list: readonly T[]) => list[Math.floor(random() * list.length)]!;
   const hex = (bytes: number) =>
     Array.from({ length: bytes }, () => Math.floor(random() * 256).toString(16).padStart(2, "0")).join("").toUpperCase();
