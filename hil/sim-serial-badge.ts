@@ -10,12 +10,8 @@
 // rests (as the scenario runner does), so a 30 s sleep or a 2 MB download over serial still
 // costs milliseconds. The simulator-only commands `wait`, `brownout` and `rest` stand in for
 // what the world does to a real badge (time passing, a relay cutting its power).
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { SerialPort, SerialPortMock } from "serialport";
 import { brownoutPoint, isRestingState, virtualBadgeFor, type BadgeTargetFactory } from "../badge-sim/badge-target.ts";
 import type { SlotName } from "../badge-sim/hardware/otadata.ts";
@@ -30,6 +26,7 @@ import {
 } from "../firmware/index.ts";
 import { SerialConsole, type SerialBinding } from "./serial-console.ts";
 import { SerialTarget, type ConsoleOracle } from "./serial-target.ts";
+import { openPtyPair } from "./pty-pair.ts";
 
 // @serialport/binding-mock, by way of serialport: its own types do not resolve under NodeNext.
 const MockBinding = SerialPortMock.binding;
@@ -349,36 +346,20 @@ export function serveOnMockPort(makeBadge: () => VirtualBadge, options: { path?:
  * the host sends (a pty cannot tell when its other end opens).
  */
 export async function serveOnPty(makeBadge: () => VirtualBadge): Promise<ServedBadge> {
-  const dir = mkdtempSync(join(tmpdir(), "badgebench-simbadge-"));
-  const [hostPath, badgePath] = [join(dir, "host"), join(dir, "badge")];
-  const socat = spawn("socat", [`pty,raw,echo=0,link=${hostPath}`, `pty,raw,echo=0,link=${badgePath}`], { stdio: "ignore" });
-  const spawnError = new Promise<Error>((resolve) => socat.once("error", resolve));
-  const exited = new Promise((resolve) => socat.once("close", resolve));
-  const stopSocat = async () => {
-    if (socat.exitCode === null && socat.signalCode === null && socat.pid !== undefined) socat.kill();
-    await Promise.race([exited, spawnError]);
-    rmSync(dir, { recursive: true, force: true });
-  };
-  for (let waited = 0; !(existsSync(hostPath) && existsSync(badgePath)); waited += 20) {
-    const failed = await Promise.race([spawnError, sleep(20).then(() => null)]);
-    if (failed || waited > 5000 || socat.exitCode !== null) {
-      await stopSocat();
-      throw new Error(`socat did not make a pty pair in ${dir}${failed ? `: ${failed.message}` : ""}; is socat installed (apt-get install socat)?`);
-    }
-  }
+  const pair = await openPtyPair();
   let served: { bridge: SimSerialBadge; close(): Promise<void> };
   try {
-    served = await serveOnPort(badgePath, makeBadge);
+    served = await serveOnPort(pair.device, makeBadge);
   } catch (error) {
-    await stopSocat();
+    await pair.close();
     throw error;
   }
   return {
-    path: hostPath,
+    path: pair.host,
     bridge: served.bridge,
     close: async () => {
       await served.close();
-      await stopSocat();
+      await pair.close();
     },
   };
 }

@@ -17,7 +17,7 @@ import { SerialPortStream } from "@serialport/stream";
 import { SerialPort, SerialPortMock } from "serialport";
 import { formatConsoleEvent } from "../firmware/index.ts";
 import { SerialConsole, type SerialBinding } from "../hil/serial-console.ts";
-import { openPtyPair } from "../test/hil/fake-esp32-rom.ts";
+import { openPtyPair } from "../hil/pty-pair.ts";
 import { commandLine, log, percentile, positiveInt, round } from "./bench-common.ts";
 
 const MockBinding = SerialPortMock.binding;

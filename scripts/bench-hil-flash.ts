@@ -16,7 +16,8 @@ import { parseArgs } from "node:util";
 import { buildAppImage, md5Hex, OTA_SLOT_BYTES } from "../firmware/index.ts";
 import { APP_OFFSET, flashBadge, type FlashResult } from "../hil/flasher.ts";
 import { WebSerialAdapter } from "../hil/web-serial-adapter.ts";
-import { attachToPty, FakeEsp32Rom, fakeChipBinding, openPtyPair, type SerialDevice } from "../test/hil/fake-esp32-rom.ts";
+import { attachToPty, FakeEsp32Rom, fakeChipBinding, type SerialDevice } from "../test/hil/fake-esp32-rom.ts";
+import { openPtyPair } from "../hil/pty-pair.ts";
 import { commandLine, log, median, positiveInt, round } from "./bench-common.ts";
 
 const KiB = 1024;

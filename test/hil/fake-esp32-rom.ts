@@ -3,11 +3,7 @@
 // driven by bytes in and out, so it can sit behind binding-mock in this process
 // (`fakeChipBinding`, signals included) or on the far end of a socat pty pair (`attachToPty`).
 // Only what esptool-js sends on the way to a compressed, verified write is implemented.
-import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { finished } from "node:stream/promises";
 import zlib from "node:zlib";
 import { SerialPort, SerialPortMock } from "serialport";
@@ -426,37 +422,6 @@ export function fakeChipBinding(device: SerialDevice, portPath: string): Binding
       return port;
     },
   };
-}
-
-export interface PtyPair {
-  /** the end the flasher opens */
-  host: string;
-  /** the end the fake chip listens on */
-  device: string;
-  close(): Promise<void>;
-}
-
-/** Two linked pseudo-terminals from socat, as symlinks in a temporary directory. */
-export async function openPtyPair(): Promise<PtyPair> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-pty-"));
-  const host = path.join(dir, "host");
-  const device = path.join(dir, "device");
-  const socat = spawn("/usr/bin/socat", [`pty,raw,echo=0,link=${host}`, `pty,raw,echo=0,link=${device}`], { stdio: "ignore" });
-  const exited = new Promise<void>((resolve) => socat.once("exit", () => resolve()));
-  const close = async () => {
-    if (socat.exitCode === null && socat.signalCode === null) socat.kill("SIGTERM");
-    await exited;
-    fs.rmSync(dir, { recursive: true, force: true });
-  };
-  const deadline = Date.now() + 5000;
-  while (!(fs.existsSync(host) && fs.existsSync(device))) {
-    if (socat.exitCode !== null || Date.now() > deadline) {
-      await close();
-      throw new Error("socat did not make the pty pair within 5 s");
-    }
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-  return { host, device, close };
 }
 
 /** Puts `device` on the pty at `ptyPath` through a real node-serialport port; resolves with its detach. */

@@ -11,7 +11,8 @@ import { buildAppImage, md5Hex } from "../../firmware/index.ts";
 import { APP_OFFSET, flashBadge, FlashError, FlashInputError, parseFlashArgs, type FlashImage, type FlashProgress } from "../../hil/flasher.ts";
 import { WebSerialAdapter, type BindingInterface } from "../../hil/web-serial-adapter.ts";
 import { runHilFlash, type HilFlashOptions } from "../../scripts/hil-flash.ts";
-import { attachToPty, FakeEsp32Rom, fakeChipBinding, OP, openPtyPair, type FakeEsp32RomOptions, type PtyPair } from "./fake-esp32-rom.ts";
+import { attachToPty, FakeEsp32Rom, fakeChipBinding, OP, type FakeEsp32RomOptions } from "./fake-esp32-rom.ts";
+import { openPtyPair, type PtyPair } from "../../hil/pty-pair.ts";
 
 const BOOTLOADER_OFFSET = 0x1000;
 const PARTITION_TABLE_OFFSET = 0x8000;

@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { checkTranscript, linesOf } from "../../hil/model-oracle.ts";
 import { Transcript } from "../../hil/transcript.ts";
 import { baseEnv, ROOT, run, tempDirs } from "../server/cli-process.ts";
+import { openPtyPair } from "../../hil/pty-pair.ts";
 
 const SCRIPT = join(ROOT, "scripts/badgebench.js");
 const scratch = tempDirs("hil-cli");
@@ -45,11 +46,8 @@ interface Badge {
 
 /** A socat pty pair: the CLI opens `hostPath`, the test is the badge on the other end. */
 async function ptyBadge(): Promise<Badge> {
-  const dir = scratch("pty");
-  const [hostPath, badgePath] = [join(dir, "host"), join(dir, "badge")];
-  const socat = spawn("socat", [`pty,raw,echo=0,link=${hostPath}`, `pty,raw,echo=0,link=${badgePath}`], { stdio: "ignore" });
-  const exited = new Promise((resolve) => socat.once("exit", resolve));
-  await vi.waitFor(() => expect(existsSync(hostPath) && existsSync(badgePath)).toBe(true), { timeout: 5000, interval: 20 });
+  const pair = await openPtyPair();
+  const [hostPath, badgePath] = [pair.host, pair.device];
   const port = new SerialPort({ path: badgePath, baudRate: 115200, autoOpen: false, lock: false });
   await new Promise<void>((resolve, reject) => port.open((error) => (error ? reject(error) : resolve())));
   let heard = "";
@@ -57,8 +55,7 @@ async function ptyBadge(): Promise<Badge> {
   port.on("error", () => {});
   cleanups.push(async () => {
     if (port.isOpen) await new Promise((resolve) => port.close(resolve));
-    if (socat.exitCode === null && socat.signalCode === null) socat.kill();
-    await exited;
+    await pair.close();
   });
   return {
     hostPath,
@@ -96,8 +93,7 @@ const SESSION =
   "@bb boot slot=ota_0 version=1.4.0 cause=power-on\r\n@bb state path=booting\r\n@bb screen text=Starting...\r\n" +
   "@bb state path=awake.opportunity\r\n@bb state path=awake.idle\r\n@bb screen text=\"Badge 1.4.0 - ready\"\r\n";
 
-const hasSocat = existsSync("/usr/bin/socat");
-describe.skipIf(!hasSocat)(`hil monitor over a pty pair${hasSocat ? "" : " (needs socat in /usr/bin)"}`, () => {
+describe("hil monitor over a socat pty pair", () => {
   it("prints what the badge sends, exits 0 once --until matched, and saves a transcript that parses", async () => {
     const badge = await ptyBadge();
     const transcript = join(scratch("transcripts"), "session.txt");

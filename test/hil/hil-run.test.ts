@@ -4,7 +4,7 @@
 // device's token on one end of a socat pty pair; a rig file whose `port` is the other end; and
 // `badgebench hil run` playing scenario files through the rig, each one starting with `reboot`.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
 import { createVirtualBadge } from "../../badge-sim/virtual-badge.ts";
@@ -12,6 +12,7 @@ import { SerialConsole } from "../../hil/serial-console.ts";
 import { serveOnMockPort } from "../../hil/sim-serial-badge.ts";
 import { junitProblems } from "../badge-sim/junit-schema.ts";
 import { baseEnv, DEMO, killLeftoverServers, ROOT, run, serve, stop, tempDirs, type Server } from "../server/cli-process.ts";
+import { openPtyPair } from "../../hil/pty-pair.ts";
 
 const SCRIPT = join(ROOT, "scripts/badgebench.js");
 const SCENARIOS = join(ROOT, "fixtures/scenarios");
@@ -46,16 +47,9 @@ describe("the simulated badge's reboot", () => {
 
 /** A socat pty pair: `sim serial` serves the badge on `badgePath`, the rig's port is `hostPath`. */
 async function ptyPair(): Promise<{ hostPath: string; badgePath: string }> {
-  const dir = scratch("pty");
-  const [hostPath, badgePath] = [join(dir, "host"), join(dir, "badge")];
-  const socat = spawn("socat", [`pty,raw,echo=0,link=${hostPath}`, `pty,raw,echo=0,link=${badgePath}`], { stdio: "ignore" });
-  const exited = new Promise((resolve) => socat.once("exit", resolve));
-  cleanups.push(async () => {
-    if (socat.exitCode === null && socat.signalCode === null) socat.kill();
-    await exited;
-  });
-  await vi.waitFor(() => expect(existsSync(hostPath) && existsSync(badgePath)).toBe(true), { timeout: 5000, interval: 20 });
-  return { hostPath, badgePath };
+  const pair = await openPtyPair();
+  cleanups.push(pair.close);
+  return { hostPath: pair.host, badgePath: pair.device };
 }
 
 /** `badgebench sim serial ...`, resolved once it says it serves the badge. */

@@ -1,8 +1,7 @@
 // The serial console through the real driver (node-serialport's stream), once over
 // @serialport/binding-mock and once over a real pty pair made by socat, with the same tests: a
 // rig stands for the badge end of the cable. Then transcripts, and replaying them.
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SerialPort, SerialPortMock } from "serialport";
@@ -22,6 +21,7 @@ import {
   type SerialConsoleOptions,
 } from "../../hil/serial-console.ts";
 import { Transcript, TranscriptFormatError } from "../../hil/transcript.ts";
+import { openPtyPair } from "../../hil/pty-pair.ts";
 
 // @serialport/binding-mock, by way of serialport: its own types do not resolve under NodeNext.
 const MockBinding = SerialPortMock.binding;
@@ -89,15 +89,8 @@ function mockRig(): Rig {
 }
 
 async function ptyRig(): Promise<Rig> {
-  const dir = scratch();
-  const [hostPath, badgePath] = [join(dir, "host"), join(dir, "badge")];
-  const socat = spawn("socat", ["-d", "-d", `pty,raw,echo=0,link=${hostPath}`, `pty,raw,echo=0,link=${badgePath}`], { stdio: "ignore" });
-  const exited = new Promise((resolve) => socat.once("exit", resolve));
-  const stop = async () => {
-    if (socat.exitCode === null && socat.signalCode === null) socat.kill();
-    await exited;
-  };
-  await vi.waitFor(() => expect(existsSync(hostPath) && existsSync(badgePath)).toBe(true), { timeout: 5000, interval: 20 });
+  const pair = await openPtyPair();
+  const [hostPath, badgePath, stop] = [pair.host, pair.device, pair.close];
   const badge = new SerialPort({ path: badgePath, baudRate: 115200, autoOpen: false, lock: false });
   await new Promise<void>((resolve, reject) => badge.open((error) => (error ? reject(error) : resolve())));
   let heard = "";
@@ -290,8 +283,7 @@ describe("SerialConsole over @serialport/binding-mock", () => {
   });
 });
 
-const hasSocat = existsSync("/usr/bin/socat");
-describe.skipIf(!hasSocat)(`SerialConsole over a pty pair${hasSocat ? "" : " (needs socat in /usr/bin)"}`, () => {
+describe("SerialConsole over a socat pty pair", () => {
   consoleSuite(ptyRig);
 });
 
