@@ -293,19 +293,14 @@ export function buildCli(argv: string[]) {
               .positional("files", { type: "string", array: true, demandOption: true, describe: "scenario files or directories, e.g. fixtures/scenarios" })
               .option("server", { type: "string", describe: "a running server's URL (default: a server in this process per scenario)" })
               .option("data", { type: "string", describe: "with --server: that server's data directory on this machine" })
-              .check((args) => {
-                if (args.server !== undefined && args.data === undefined) {
-                  throw new SimSetupError("--server needs --data: the data directory the server at that URL runs on (devices are added to its store)");
-                }
-                return true;
-              })
               .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
               .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" })
               .option("stall-timeout", { type: "number", default: DEFAULT_STALL_TIMEOUT_MS, describe: "wall ms a badge waits on a silent download" }),
           async (args) => {
             process.exitCode = await runSimRun({
               files: args.files,
-              server: args.server === undefined ? undefined : { url: args.server, data: args.data! },
+              server: args.server,
+              data: args.data,
               junit: args.junit,
               json: args.json,
               stallTimeoutMs: args.stallTimeout,

@@ -11,7 +11,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { OTA_SLOT_BYTES } from "../firmware/index.ts";
 import { formatFleetSummary, runFleet, type FleetBadge, type FleetProgress } from "../badge-sim/fleet.ts";
-import { connectSimServer, SimSetupError, startSimServer, type SimServer } from "./sim-server.ts";
+import { connectNamedServer, SimSetupError, startSimServer, type SimServer } from "./sim-server.ts";
 
 export interface SimFleetOptions {
   badges: number;
@@ -47,9 +47,6 @@ export async function runSimFleet(options: SimFleetOptions): Promise<number> {
   if (!(Number.isInteger(downloading) && downloading >= 0 && downloading <= badges)) {
     throw new SimSetupError(`--downloading must be a whole number from 0 to --badges (${badges}), got ${downloading}`);
   }
-  if (options.server !== undefined && options.data === undefined) {
-    throw new SimSetupError("--server needs --data: the data directory the server at that URL runs on (devices are added to its store)");
-  }
   if (options.server !== undefined && options.imageSize !== undefined) {
     throw new SimSetupError("--image-size is for the server in this process; with --server the badges download whatever that server offers");
   }
@@ -60,7 +57,7 @@ export async function runSimFleet(options: SimFleetOptions): Promise<number> {
   const spreadMs = options.spreadMs ?? badges * DEFAULT_SPREAD_MS_PER_BADGE;
   if (!(spreadMs >= 0)) throw new SimSetupError(`--spread-ms must be 0 or more, got ${spreadMs}`);
 
-  const server = options.server === undefined ? await startSimServer() : await connectSimServer(options.server, options.data!);
+  const server = (await connectNamedServer(options.server, options.data)) ?? (await startSimServer());
   try {
     const release = server.inProcess ? await publishReleases(server, imageSize) : releasesOffered(server);
     const tokens = await addDevices(server, badges);

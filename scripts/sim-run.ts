@@ -10,13 +10,14 @@ import { containsBytes, CRASH_ON_BOOT_MARKER } from "../firmware/index.ts";
 import { toJUnitXml } from "../badge-sim/junit.ts";
 import { loadScenario, ScenarioError, type Scenario } from "../badge-sim/scenario.ts";
 import { runScenario, unloadableResult, type PrepareScenario, type ScenarioResult } from "../badge-sim/scenario-runner.ts";
-import { connectSimServer, SimSetupError, startSimServer, type SimServer } from "./sim-server.ts";
+import { connectNamedServer, SimSetupError, startSimServer, type SimServer } from "./sim-server.ts";
 
 export interface SimRunOptions {
   /** scenario files, or directories whose *.json files are scenarios */
   files: string[];
-  /** with `data`: a running server and its data directory */
-  server?: { url: string; data: string };
+  /** a running server's URL; needs `data`, its data directory on this machine */
+  server?: string;
+  data?: string;
   junit?: string;
   json: boolean;
   stallTimeoutMs?: number;
@@ -26,7 +27,7 @@ export interface SimRunOptions {
 
 export async function runSimRun(options: SimRunOptions): Promise<number> {
   const files = scenarioFiles(options.files);
-  const external = options.server ? await connectSimServer(options.server.url, path.resolve(options.server.data)) : null;
+  const external = await connectNamedServer(options.server, options.data);
   const prepare = external ? prepareOnRunningServer(external) : prepareInProcess;
   try {
     return await playScenarioFiles({ ...options, files, jsonObject: "sim_run", suiteName: "badgebench scenarios" }, (scenario) =>

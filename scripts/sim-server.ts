@@ -72,6 +72,16 @@ export async function startSimServer(): Promise<SimServer> {
 }
 
 /**
+ * The running server `--server URL --data DIR` name, or null when no --server was given (the
+ * caller then starts its own). Devices are added to that server's store, so --data is needed.
+ */
+export async function connectNamedServer(url: string | undefined, dataDir: string | undefined): Promise<SimServer | null> {
+  if (url === undefined) return null;
+  if (dataDir === undefined) throw new SimSetupError("--server needs --data: the data directory the server at that URL runs on (devices are added to its store)");
+  return connectSimServer(url, path.resolve(dataDir));
+}
+
+/**
  * A server already running at `url` on this machine, whose data directory is `dataDir`. Its
  * store is opened beside it (SQLite queues the writers); the room SIM is added when missing.
  */
