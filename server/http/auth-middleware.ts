@@ -1,5 +1,5 @@
-// Bearer-token authentication for /v1. No cookies and no unauthenticated route: every request
-// either carries a valid key or gets 401; a key without the route's scope gets 403.
+// Bearer-token authentication for /v1 and /api/mcp. No cookies and no unauthenticated route:
+// every request either carries a valid key or gets 401; a key without the route's scope gets 403.
 import type { NextFunction, Request, Response } from "express";
 import type { Kysely } from "kysely";
 import { ApiError } from "../errors.ts";
@@ -28,7 +28,7 @@ export function bearerAuth(db: Kysely<Database>) {
       throw unauthenticated("api_key_invalid", "Malformed Authorization header. Expected 'Bearer <API_KEY>'.");
     }
     if (match[1]!.startsWith("dtk_")) {
-      throw unauthenticated("api_key_invalid", "Device tokens open the badge endpoints only; /v1 takes an API key.");
+      throw unauthenticated("api_key_invalid", "Device tokens open the badge endpoints only; /v1 and /api/mcp take an API key.");
     }
     const principal = await authenticate(db, match[1]!);
     if (!principal) throw unauthenticated("api_key_invalid", "Invalid or revoked API key.");

@@ -228,6 +228,44 @@ const migrations: Record<string, Migration> = {
       await db.schema.createIndex("sessions_by_room").on("sessions").columns(["livemode", "room", "starts_at"]).execute();
     },
   },
+  // Pipelines and their stages, edited through the tool endpoint (/api/mcp). The folded columns
+  // hold the lower-cased name and owner e-mail, so the case-insensitive filters are plain
+  // comparisons that mean the same on SQLite and PostgreSQL.
+  "0004_pipelines": {
+    async up(db: Kysely<any>) {
+      await db.schema
+        .createTable("pipelines")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("name_folded", "text", (c) => c.notNull())
+        .addColumn("overview", "text", (c) => c.notNull())
+        .addColumn("owner_email", "text", (c) => c.notNull())
+        .addColumn("owner_email_folded", "text", (c) => c.notNull())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("pipelines_by_creation").on("pipelines").columns(["livemode", "created_at", "id"]).execute();
+      await db.schema
+        .createIndex("pipelines_by_owner")
+        .on("pipelines")
+        .columns(["livemode", "owner_email_folded", "created_at", "id"])
+        .execute();
+      await db.schema
+        .createTable("stages")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("pipeline_id", "text", (c) => c.notNull().references("pipelines.id"))
+        .addColumn("position", "integer", (c) => c.notNull())
+        .addColumn("title", "text", (c) => c.notNull())
+        .addColumn("goal", "text", (c) => c.notNull())
+        .addColumn("priority", "text", (c) => c.notNull())
+        .addColumn("due_date", "text")
+        .addColumn("status", "text", (c) => c.notNull())
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addUniqueConstraint("stages_order", ["pipeline_id", "position"])
+        .execute();
+      await db.schema.createIndex("stages_by_status").on("stages").columns(["pipeline_id", "status"]).execute();
+    },
+  },
 };
 
 export async function migrateToLatest(db: Kysely<any>): Promise<void> {

@@ -177,6 +177,34 @@ export interface IdempotencyKeysTable {
   created_at: string;
 }
 
+export interface PipelinesTable {
+  id: string;
+  livemode: Livemode;
+  name: string;
+  /** `name` lower-cased, for the case-insensitive name search */
+  name_folded: string;
+  overview: string;
+  owner_email: string;
+  /** `owner_email` lower-cased, for the owner filter */
+  owner_email_folded: string;
+  created_at: string;
+}
+
+export interface StagesTable {
+  /** a UUID: the tool endpoint's `stage_id` */
+  id: string;
+  pipeline_id: string;
+  /** 0-based order within the pipeline, as given at creation */
+  position: number;
+  title: string;
+  goal: string;
+  priority: string;
+  /** YYYY-MM-DD or null */
+  due_date: string | null;
+  status: string;
+  created_at: string;
+}
+
 export interface Database {
   users: UsersTable;
   api_keys: ApiKeysTable;
@@ -194,6 +222,8 @@ export interface Database {
   record_history: HistoryTable;
   events: EventsTable;
   idempotency_keys: IdempotencyKeysTable;
+  pipelines: PipelinesTable;
+  stages: StagesTable;
 }
 
 /** A connection or an open transaction: store functions accept either. */
