@@ -141,5 +141,5 @@ export function firstIssue(error: z.ZodError, misspellings: Record<string, strin
   const field = at(issue.path) || "arguments";
   if (issue.code === "invalid_type" && issue.input === undefined) return { field, message: `${field}: required` };
   const shown = typeof issue.input === "string" ? ` (got '${issue.input.slice(0, 60)}')` : "";
-  return { field, message: `${field}: ${issue.message}${shown}` };
+  return { field, message: `${field}: ${issue.message.replace(/\.$/, "")}${shown}` };
 }

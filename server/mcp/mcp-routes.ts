@@ -39,7 +39,7 @@ const initializeParams = z.looseObject({
 
 const callParams = z.looseObject({
   name: z.string().min(1),
-  arguments: z.record(z.string(), z.unknown()).default({}),
+  arguments: z.record(z.string(), z.unknown(), { error: "must be an object of the tool's arguments" }).default({}),
 });
 
 const KNOWN_METHODS = ["initialize", "ping", "tools/list", "tools/call"];
