@@ -38,7 +38,7 @@ export async function startMcpHarness(): Promise<McpHarness> {
     const response = await fetch(`${h.url}/api/mcp`, {
       method: "POST",
       headers,
-      body: typeof body === "string" || body instanceof Uint8Array ? body : JSON.stringify(body),
+      body: typeof body === "string" ? body : body instanceof Uint8Array ? Buffer.from(body) : JSON.stringify(body),
     });
     const text = await response.text();
     let parsed: unknown;
