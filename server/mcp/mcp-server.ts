@@ -9,7 +9,7 @@ import packageJson from "../../package.json" with { type: "json" };
 import { PipelineError } from "../services/pipelines.ts";
 import type { PipelineTool, ToolContext } from "./pipeline-tools.ts";
 
-export const SERVER_INFO = { name: "badgebench", version: packageJson.version };
+const SERVER_INFO = { name: "badgebench", version: packageJson.version };
 
 export function buildMcpServer(tools: readonly PipelineTool[], context: ToolContext, logger: Logger): McpServer {
   const server = new McpServer(SERVER_INFO);
@@ -35,5 +35,8 @@ export function buildMcpServer(tools: readonly PipelineTool[], context: ToolCont
       },
     );
   }
+  // Registering tools makes the SDK announce tools.listChanged; the list never changes and a
+  // stateless server could not notify anyone, so the handshake says so.
+  server.server.registerCapabilities({ tools: { listChanged: false } });
   return server;
 }

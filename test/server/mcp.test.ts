@@ -27,7 +27,7 @@ describe("handshake", () => {
     expect(answer.body).toEqual({
       jsonrpc: "2.0",
       id: "init",
-      result: { protocolVersion: "2025-06-18", capabilities: { tools: expect.any(Object) }, serverInfo: { name: "badgebench", version: expect.any(String) } },
+      result: { protocolVersion: "2025-06-18", capabilities: { tools: { listChanged: false } }, serverInfo: { name: "badgebench", version: expect.any(String) } },
     });
   });
 
@@ -69,6 +69,12 @@ describe("handshake", () => {
 
   it("answers ping", async () => {
     expect((await h.post({ jsonrpc: "2.0", id: 9, method: "ping" })).body).toEqual({ jsonrpc: "2.0", id: 9, result: {} });
+  });
+
+  it("asks for a key on GET too: every request is authenticated", async () => {
+    const response = await fetch(`${h.url}/api/mcp`, { headers: { accept: "text/event-stream" } });
+    expect(response.status).toBe(401);
+    expect(response.headers.get("www-authenticate")).toMatch(/^Bearer/);
   });
 
   it("answers GET and DELETE with 405 and Allow: POST", async () => {
