@@ -13,6 +13,8 @@ export const SCOPES = {
   "attendance:write": "create and correct records (includes attendance:read)",
   "sessions:write": "open, close and cancel sessions (includes attendance:read)",
   "devices:read": "list badges with their firmware state, and the card taps they sent",
+  "events:read": "list and retrieve events (GET /v1/events), to catch up after a webhook outage",
+  "webhooks:write": "manage webhook endpoints, roll their secrets, send test deliveries and resends, read delivery logs (includes events:read)",
 } as const;
 
 export type Scope = keyof typeof SCOPES;
@@ -20,6 +22,7 @@ export type Scope = keyof typeof SCOPES;
 const IMPLIED: Partial<Record<Scope, Scope[]>> = {
   "attendance:write": ["attendance:read"],
   "sessions:write": ["attendance:read"],
+  "webhooks:write": ["events:read"],
 };
 
 export function isScope(value: string): value is Scope {
