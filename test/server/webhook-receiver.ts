@@ -66,7 +66,7 @@ export async function startReceiver(options: { https?: boolean; path?: string } 
     async waitFor(predicate, timeoutMs = 5000) {
       const deadline = Date.now() + timeoutMs;
       while (!predicate(deliveries)) {
-        if (Date.now() > deadline) throw new Error(`receiver: condition not met in ${timeoutMs} ms; ${deliveries.length} deliveries: ${deliveries.map((d) => d.event.type).join(", ")}`);
+        if (Date.now() > deadline) throw new Error(`receiver: condition not met in ${timeoutMs} ms (${deliveries.length} deliveries so far)`);
         await new Promise((r) => setTimeout(r, 10));
       }
     },
