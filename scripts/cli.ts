@@ -22,6 +22,8 @@ import { runSimSerial } from "./sim-serial.ts";
 import { runHilFlashCommand, runHilMonitor, runHilPorts } from "./hil-console.ts";
 import { SimSetupError } from "./sim-server.ts";
 import { openStore, type Store } from "../server/store/database.ts";
+import { webhookConfigFromEnv, WebhookConfigError } from "../server/webhooks/webhook-config.ts";
+import { startListener } from "./webhooks-listen.ts";
 import { countStudents } from "../server/store/school-store.ts";
 
 const DEMO_SCHOOL = fileURLToPath(new URL("../fixtures/demo-school.json", import.meta.url));
@@ -32,7 +34,7 @@ interface AdminArgs {
 }
 
 /** Errors a user can fix; printed as a message, never as a stack trace. */
-const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError, SimSetupError];
+const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError, SimSetupError, WebhookConfigError];
 
 function errorBody(error: Error): { code: string; message: string; reasons?: unknown } {
   if (error instanceof ApiError) return { code: error.code, message: error.message };
@@ -102,6 +104,7 @@ export function buildCli(argv: string[]) {
           port: args.port,
           host: args.host,
           sync: args.sync,
+          webhooks: webhookConfigFromEnv(),
           prepare: args.demo ? (store) => loadDemo(store, (m) => process.stderr.write(`${m}\n`)) : undefined,
         });
         process.stdout.write(`listening on ${server.url}\n`);
@@ -111,6 +114,28 @@ export function buildCli(argv: string[]) {
         process.once("SIGINT", stop);
         process.once("SIGTERM", stop);
       },
+    )
+    .command("webhooks", "receive webhooks locally", (y) =>
+      y.demandCommand(1, "name a webhooks command").command(
+        "listen",
+        "a local receiver: verifies each delivery's signature, answers like SPEC 5 says, prints each event on one line",
+        (k) =>
+          k
+            .option("port", { type: "number", demandOption: true, describe: "port to listen on (0 picks a free one)" })
+            .option("host", { type: "string", default: "127.0.0.1" })
+            .option("secret", { type: "string", array: true, demandOption: true, describe: "the endpoint's signing secret whsec_...; give it twice while a secret is rolled" })
+            .option("forward-to", { type: "string", describe: "after acknowledging, POST each new delivery unchanged to this URL" })
+            .option("json", { type: "boolean", default: false, describe: "print each event as one JSON object per line" }),
+        async (args) => {
+          const listener = await startListener({ port: args.port, host: args.host, secrets: args.secret.map(String), forwardTo: args["forward-to"], json: args.json });
+          process.stderr.write(`listening on ${listener.url}\n`);
+          const stop = () => {
+            listener.close().then(() => process.exit(0), () => process.exit(1));
+          };
+          process.once("SIGINT", stop);
+          process.once("SIGTERM", stop);
+        },
+      ),
     )
     .command("keys", "manage API keys", (y) =>
       y

@@ -11,8 +11,11 @@ import { mcpRoutes } from "./mcp/mcp-routes.ts";
 import type { ReleaseStore } from "./releases/release-store.ts";
 import { attendanceRoutes } from "./routes/attendance-routes.ts";
 import { devicesRoutes } from "./routes/devices-routes.ts";
+import { eventsRoutes } from "./routes/events-routes.ts";
+import { webhookEndpointsRoutes } from "./routes/webhook-endpoints-routes.ts";
 import { sessionsRoutes } from "./routes/sessions-routes.ts";
 import { IdempotencyGate } from "./services/idempotency.ts";
+import type { WebhookContext } from "./services/webhook-endpoints.ts";
 import type { Store } from "./store/database.ts";
 import { getOrCreateSetting } from "./store/settings-store.ts";
 
@@ -22,6 +25,7 @@ export interface AppDeps {
   store: Store;
   releases: ReleaseStore;
   logger: Logger;
+  webhooks: WebhookContext;
 }
 
 export interface App {
@@ -29,7 +33,7 @@ export interface App {
   gate: IdempotencyGate;
 }
 
-export async function createApp({ store, releases, logger }: AppDeps): Promise<App> {
+export async function createApp({ store, releases, logger, webhooks }: AppDeps): Promise<App> {
   const cursorSecret = await getOrCreateSetting(store.db, "cursor_secret", () => randomBytes(32).toString("hex"));
   const codec = new CursorCodec(Buffer.from(cursorSecret, "hex"));
   const gate = new IdempotencyGate(store.db);
@@ -38,6 +42,11 @@ export async function createApp({ store, releases, logger }: AppDeps): Promise<A
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
+  // A write's events are committed before its response is sent: wake the delivery worker then.
+  app.use((req, res, next) => {
+    if (req.method !== "GET" && req.method !== "HEAD") res.once("finish", webhooks.wake);
+    next();
+  });
 
   const v1 = express.Router();
   v1.use(bearerAuth(store.db));
@@ -45,6 +54,8 @@ export async function createApp({ store, releases, logger }: AppDeps): Promise<A
   v1.use(attendanceRoutes(deps));
   v1.use(sessionsRoutes(deps));
   v1.use(devicesRoutes({ ...deps, releases }));
+  v1.use(webhookEndpointsRoutes({ ...deps, webhooks }));
+  v1.use(eventsRoutes(deps));
   app.use("/v1", v1);
   app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
   app.use("/api/mcp", mcpRoutes({ db: store.db, codec, logger }));

@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 
-export type IdPrefix = "att" | "stu" | "ses" | "dev" | "usr" | "whe" | "evt" | "key" | "hst" | "fch" | "rpt" | "tap" | "pip";
+export type IdPrefix = "att" | "stu" | "ses" | "dev" | "usr" | "whe" | "evt" | "key" | "hst" | "fch" | "rpt" | "tap" | "wha" | "pip";
 
 export function newId(prefix: IdPrefix, now = Date.now()): string {
   let time = "";

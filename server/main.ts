@@ -6,6 +6,9 @@ import { pino, type Logger } from "pino";
 import { createApp } from "./app.ts";
 import { ReleaseStore } from "./releases/release-store.ts";
 import { openStore, type Store, type SyncMode } from "./store/database.ts";
+import { DeliveryWorker } from "./webhooks/delivery-worker.ts";
+import { resolveWebhookConfig, type WebhookConfig } from "./webhooks/webhook-config.ts";
+import { WebhookSender } from "./webhooks/webhook-sender.ts";
 
 export interface ServerOptions {
   dataDir: string;
@@ -15,6 +18,8 @@ export interface ServerOptions {
   logger?: Logger;
   /** Runs on the opened store before the server accepts requests (the demo loader uses it). */
   prepare?: (store: Store, logger: Logger) => Promise<void>;
+  /** webhook delivery tunables (defaults in webhooks/webhook-config.ts) */
+  webhooks?: Partial<WebhookConfig>;
 }
 
 export interface RunningServer {
@@ -41,9 +46,18 @@ export function createLogger(env = process.env): Logger {
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const logger = options.logger ?? createLogger();
+  const webhookConfig = resolveWebhookConfig(options.webhooks);
   const store = await openStore({ dataDir: options.dataDir, sync: options.sync });
   await options.prepare?.(store, logger);
-  const { handler, gate } = await createApp({ store, releases: new ReleaseStore(options.dataDir), logger });
+  const sender = new WebhookSender({
+    resolve: webhookConfig.resolve,
+    timeoutMs: webhookConfig.timeoutMs,
+    ca: webhookConfig.ca,
+    maxSocketsPerOrigin: webhookConfig.perEndpointConcurrency,
+  });
+  const worker = new DeliveryWorker({ db: store.db, sender, config: webhookConfig, logger });
+  const webhooks = { sender, config: webhookConfig, wake: worker.wake };
+  const { handler, gate } = await createApp({ store, releases: new ReleaseStore(options.dataDir), logger, webhooks });
   await gate.purgeExpired();
 
   const server = http.createServer(handler);
@@ -63,6 +77,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     gate.purgeExpired().catch((err: unknown) => logger.error({ err }, "idempotency key purge failed"));
   }, PURGE_INTERVAL_MS);
   purge.unref();
+  worker.start();
   const { port } = server.address() as AddressInfo;
   const host = options.host.includes(":") ? `[${options.host}]` : options.host;
   const url = `http://${host}:${port}`;
@@ -77,6 +92,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         server.close(() => resolve());
         server.closeIdleConnections();
       });
+      await worker.stop();
       await store.close();
     },
   };

@@ -15,6 +15,8 @@ export const SCOPES = {
   "devices:read": "list badges with their firmware state, and the card taps they sent",
   "pipelines:read": "list and read pipelines and their stages through the tool endpoint (/api/mcp)",
   "pipelines:write": "create pipelines and update stages through the tool endpoint (includes pipelines:read)",
+  "events:read": "list and retrieve events (GET /v1/events), to catch up after a webhook outage",
+  "webhooks:write": "manage webhook endpoints, roll their secrets, send test deliveries and resends, read delivery logs (includes events:read)",
 } as const;
 
 export type Scope = keyof typeof SCOPES;
@@ -23,6 +25,7 @@ const IMPLIED: Partial<Record<Scope, Scope[]>> = {
   "attendance:write": ["attendance:read"],
   "sessions:write": ["attendance:read"],
   "pipelines:write": ["pipelines:read"],
+  "webhooks:write": ["events:read"],
 };
 
 export function isScope(value: string): value is Scope {

@@ -1,6 +1,6 @@
 // Migrations live in code and run at every start; Kysely's Migrator records which ran.
 // Column types are chosen to mean the same on SQLite and PostgreSQL.
-import { type Kysely, type Migration, Migrator } from "kysely";
+import { type Kysely, type Migration, Migrator, sql } from "kysely";
 
 const migrations: Record<string, Migration> = {
   "0001_foundation": {
@@ -226,6 +226,64 @@ const migrations: Record<string, Migration> = {
       await db.schema.createIndex("device_taps_by_result").on("device_taps").columns(["livemode", "result", "id"]).execute();
       await db.schema.createIndex("students_by_card").on("students").columns(["livemode", "card_uid"]).execute();
       await db.schema.createIndex("sessions_by_room").on("sessions").columns(["livemode", "room", "starts_at"]).execute();
+    },
+  },
+  // Webhooks: endpoints, one delivery row per (event, endpoint) holding its schedule and lease,
+  // and the log of every attempt. Events get `dispatched_at`: null until the delivery worker
+  // has fanned the event out to the endpoints, so the worker finds new events through a small
+  // partial index instead of a cursor that a late commit could slip behind.
+  "0003_webhooks": {
+    async up(db: Kysely<any>) {
+      await db.schema.alterTable("events").addColumn("dispatched_at", "text").execute();
+      await sql`create index events_undispatched on events (id) where dispatched_at is null`.execute(db);
+      await db.schema.createIndex("events_by_time").on("events").columns(["livemode", "created_at", "id"]).execute();
+      await db.schema.createIndex("events_by_type").on("events").columns(["livemode", "type", "created_at", "id"]).execute();
+      await db.schema
+        .createTable("webhook_endpoints")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("url", "text", (c) => c.notNull())
+        .addColumn("description", "text")
+        .addColumn("enabled_events", "text", (c) => c.notNull())
+        .addColumn("status", "text", (c) => c.notNull())
+        .addColumn("disabled_reason", "text")
+        .addColumn("secret", "text", (c) => c.notNull())
+        .addColumn("previous_secret", "text")
+        .addColumn("previous_secret_expires_at", "text")
+        .addColumn("last_success_at", "text")
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("updated_at", "text", (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("webhook_endpoints_by_time").on("webhook_endpoints").columns(["livemode", "created_at", "id"]).execute();
+      await db.schema
+        .createTable("webhook_deliveries")
+        .addColumn("endpoint_id", "text", (c) => c.notNull().references("webhook_endpoints.id").onDelete("cascade"))
+        .addColumn("event_id", "text", (c) => c.notNull().references("events.id"))
+        .addColumn("state", "text", (c) => c.notNull())
+        .addColumn("attempts", "integer", (c) => c.notNull())
+        .addColumn("next_attempt_at", "text")
+        .addColumn("lease_token", "text")
+        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("updated_at", "text", (c) => c.notNull())
+        .addPrimaryKeyConstraint("webhook_deliveries_pk", ["endpoint_id", "event_id"])
+        .execute();
+      await sql`create index webhook_deliveries_due on webhook_deliveries (next_attempt_at) where state = 'pending'`.execute(db);
+      await db.schema
+        .createTable("webhook_attempts")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("endpoint_id", "text", (c) => c.notNull().references("webhook_endpoints.id").onDelete("cascade"))
+        .addColumn("event_id", "text", (c) => c.notNull())
+        .addColumn("event_type", "text", (c) => c.notNull())
+        .addColumn("kind", "text", (c) => c.notNull())
+        .addColumn("attempted_at", "text", (c) => c.notNull())
+        .addColumn("duration_ms", "integer", (c) => c.notNull())
+        .addColumn("status_code", "integer")
+        .addColumn("error", "text")
+        .addColumn("response_excerpt", "text")
+        .addColumn("outcome", "text", (c) => c.notNull())
+        .addColumn("next_attempt_at", "text")
+        .execute();
+      await db.schema.createIndex("webhook_attempts_by_endpoint").on("webhook_attempts").columns(["endpoint_id", "attempted_at", "id"]).execute();
     },
   },
   // Pipelines and their stages, edited through the tool endpoint (/api/mcp). The folded columns

@@ -164,6 +164,8 @@ export interface EventsTable {
   type: string;
   created_at: string;
   payload: string;
+  /** when the delivery worker fanned the event out to the endpoints; null until then */
+  dispatched_at?: string | null;
 }
 
 export interface IdempotencyKeysTable {
@@ -205,6 +207,63 @@ export interface StagesTable {
   created_at: string;
 }
 
+export type EndpointStatus = "enabled" | "disabled";
+
+export interface WebhookEndpointsTable {
+  id: string;
+  livemode: Livemode;
+  url: string;
+  description: string | null;
+  /** JSON array of event types, or ["*"] */
+  enabled_events: string;
+  status: EndpointStatus;
+  disabled_reason: string | null;
+  /** the signing secret (whsec_...); kept readable because it signs */
+  secret: string;
+  /** the secret before the last roll, still signing until previous_secret_expires_at */
+  previous_secret: string | null;
+  previous_secret_expires_at: string | null;
+  last_success_at: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export type DeliveryState = "pending" | "succeeded" | "failed";
+
+/**
+ * One event to one endpoint: its schedule and, while an attempt runs, its lease. A worker
+ * leases a due delivery by moving `next_attempt_at` to the end of the lease and writing its
+ * token; a worker that dies leaves the delivery to fall due again when the lease runs out.
+ */
+export interface WebhookDeliveriesTable {
+  endpoint_id: string;
+  event_id: string;
+  state: DeliveryState;
+  attempts: number;
+  /** when the next attempt is due (or the lease ends); null once succeeded or failed for good */
+  next_attempt_at: string | null;
+  /** the worker attempt holding the lease; null when none does */
+  lease_token: string | null;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface WebhookAttemptsTable {
+  id: string;
+  endpoint_id: string;
+  event_id: string;
+  event_type: string;
+  /** `delivery` (the outbox and resends) or `test` (a test delivery) */
+  kind: "delivery" | "test";
+  attempted_at: string;
+  duration_ms: number;
+  status_code: number | null;
+  error: string | null;
+  response_excerpt: string | null;
+  outcome: "succeeded" | "failed";
+  next_attempt_at: string | null;
+}
+
 export interface Database {
   users: UsersTable;
   api_keys: ApiKeysTable;
@@ -222,6 +281,9 @@ export interface Database {
   record_history: HistoryTable;
   events: EventsTable;
   idempotency_keys: IdempotencyKeysTable;
+  webhook_endpoints: WebhookEndpointsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
+  webhook_attempts: WebhookAttemptsTable;
   pipelines: PipelinesTable;
   stages: StagesTable;
 }

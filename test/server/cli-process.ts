@@ -22,6 +22,7 @@ export function baseEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   delete env.HOST;
   delete env.LOG_LEVEL;
   delete env.BADGEBENCH_SQLITE_SYNC;
+  for (const name of Object.keys(env)) if (name.startsWith("BADGEBENCH_WEBHOOK_")) delete env[name];
   return { ...env, ...extra };
 }
 
@@ -79,10 +80,10 @@ export interface Server {
 const servers = new Set<Server>();
 
 /** Starts `badgebench serve ...` and resolves once it printed its first stdout line. */
-export function serve(args: string[]): Promise<Server> {
+export function serve(args: string[], env: Record<string, string> = {}): Promise<Server> {
   const child = spawn(process.execPath, [SCRIPT, "serve", "--port", "0", ...args], {
     cwd: ROOT,
-    env: baseEnv(),
+    env: baseEnv(env),
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stdout = "";

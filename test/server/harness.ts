@@ -4,7 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pino } from "pino";
-import { startServer, type RunningServer } from "../../server/main.ts";
+import { startServer, type RunningServer, type ServerOptions } from "../../server/main.ts";
 import { createApiKey, type Mode } from "../../server/services/api-keys.ts";
 import { importSchool, type SchoolFile } from "../../server/services/school-import.ts";
 
@@ -47,9 +47,9 @@ async function key(server: RunningServer, mode: Mode, scopes: string[]) {
   return (await createApiKey(server.store.db, { mode, scopes, user: "Ms Rivera" })).secret;
 }
 
-export async function startHarness(): Promise<Harness> {
+export async function startHarness(options: Pick<ServerOptions, "webhooks"> = {}): Promise<Harness> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-test-"));
-  const server = await startServer({ dataDir, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "silent" }) });
+  const server = await startServer({ dataDir, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "silent" }), ...options });
   await importSchool(server.store.db, smallSchool(), { mode: "test" });
   await importSchool(server.store.db, smallSchool(), { mode: "live" });
   const sessionRows = await server.store.db.selectFrom("sessions").select(["id", "course_code", "starts_at"]).where("livemode", "=", 0).orderBy("starts_at").execute();

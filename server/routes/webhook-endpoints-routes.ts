@@ -1,0 +1,114 @@
+// /v1/webhook_endpoints (scope webhooks:write): create, list, retrieve, update, delete, roll
+// the secret, test delivery, resend one event, and the delivery log.
+import { Router } from "express";
+import type { Kysely } from "kysely";
+import { z } from "zod";
+import { filterFingerprint, toPage, type CursorCodec } from "../cursor.ts";
+import { invalidParam } from "../errors.ts";
+import { principalOf, requireScope } from "../http/auth-middleware.ts";
+import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
+import { idParam, limitParam, parseInput, pathId } from "../http/validation.ts";
+import type { IdempotencyGate } from "../services/idempotency.ts";
+import * as webhooks from "../services/webhook-endpoints.ts";
+import type { Database } from "../store/schema.ts";
+import { listAttempts, listEndpoints } from "../store/webhooks-store.ts";
+
+const url = z.string().min(1, "must not be empty").max(webhooks.MAX_URL_LENGTH, `must be at most ${webhooks.MAX_URL_LENGTH} characters`);
+const eventList = z.array(z.string().max(100)).min(1, "must list at least one event type, or '*' for all");
+const description = z.string().max(500, "must be at most 500 characters");
+
+const createBody = z.strictObject({ url, enabled_events: eventList, description: description.optional() });
+const updateBody = z
+  .strictObject({ url: url.optional(), enabled_events: eventList.optional(), description: description.nullable().optional(), disabled: z.boolean().optional() })
+  .refine((body) => Object.keys(body).length > 0, { path: ["body"], message: "name at least one of url, enabled_events, description, disabled" });
+const testBody = z.strictObject({ type: z.string().max(100) });
+const resendBody = z.strictObject({ event: idParam("evt") });
+const listQuery = z.strictObject({ limit: limitParam, cursor: z.string().min(1).max(2000).optional() });
+const attemptsQuery = z.strictObject({ event: idParam("evt").optional(), limit: limitParam, cursor: z.string().min(1).max(2000).optional() });
+
+const knownTypes: readonly string[] = webhooks.EVENT_TYPES;
+
+function checkEventTypes(types: string[]): string[] {
+  for (const type of types) {
+    if (type !== "*" && !knownTypes.includes(type)) {
+      throw invalidParam("enabled_events", `Unknown event type '${type.slice(0, 100)}'. Known types: ${knownTypes.join(", ")}, or '*' for all.`, "event_type_unknown");
+    }
+  }
+  return types.includes("*") ? ["*"] : [...new Set(types)];
+}
+
+export function webhookEndpointsRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; gate: IdempotencyGate; webhooks: webhooks.WebhookContext }): Router {
+  const router = Router();
+  const scope = requireScope("webhooks:write");
+
+  router.post("/webhook_endpoints", scope, async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    const body = parseInput(createBody, req.body, "body");
+    const { livemode } = principalOf(req);
+    const input = { ...body, enabled_events: checkEventTypes(body.enabled_events), url: await webhooks.checkEndpointUrl(deps.webhooks, livemode, body.url) };
+    await sendIdempotent(req, res, deps.gate, key, (trx) => webhooks.createEndpoint(trx, livemode, input));
+  });
+
+  router.get("/webhook_endpoints", scope, async (req, res) => {
+    const { limit, cursor } = parseInput(listQuery, req.query, "query");
+    const filters = filterFingerprint("webhook_endpoints", {});
+    const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
+    const rows = await listEndpoints(deps.db, { livemode: principalOf(req).livemode, after: position?.after, limit: limit + 1 });
+    const now = new Date();
+    res.json(toPage(rows, limit, { codec: deps.codec, filters, keyOf: (row) => [row.created_at, row.id], view: (row) => webhooks.endpointView(row, now) }));
+  });
+
+  router.get("/webhook_endpoints/:id", scope, async (req, res) => {
+    res.json(webhooks.endpointView(await webhooks.getEndpoint(deps.db, principalOf(req).livemode, pathId(req.params))));
+  });
+
+  router.patch("/webhook_endpoints/:id", scope, async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    const body = parseInput(updateBody, req.body, "body");
+    const { livemode } = principalOf(req);
+    const input = {
+      ...body,
+      enabled_events: body.enabled_events === undefined ? undefined : checkEventTypes(body.enabled_events),
+      url: body.url === undefined ? undefined : await webhooks.checkEndpointUrl(deps.webhooks, livemode, body.url),
+    };
+    await sendIdempotent(req, res, deps.gate, key, (trx) => webhooks.updateEndpoint(trx, livemode, pathId(req.params), input));
+  });
+
+  router.delete("/webhook_endpoints/:id", scope, async (req, res) => {
+    res.json(await webhooks.deleteEndpoint(deps.db, principalOf(req).livemode, pathId(req.params)));
+  });
+
+  router.post("/webhook_endpoints/:id/roll_secret", scope, async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    if (req.body !== undefined && Object.keys(req.body as object).length > 0) parseInput(z.strictObject({}), req.body, "body");
+    await sendIdempotent(req, res, deps.gate, key, (trx) => webhooks.rollSecret(trx, deps.webhooks, principalOf(req).livemode, pathId(req.params)));
+  });
+
+  // A test delivery stores no state but its log line, so it takes no Idempotency-Key: each call sends anew.
+  router.post("/webhook_endpoints/:id/test", scope, async (req, res) => {
+    const { livemode } = principalOf(req);
+    const { type } = parseInput(testBody, req.body, "body");
+    if (!knownTypes.includes(type)) {
+      throw invalidParam("type", `Unknown event type '${type}'. Test deliveries exist for: ${knownTypes.join(", ")}.`, "event_type_unknown");
+    }
+    res.json(await webhooks.sendTestDelivery(deps.db, deps.webhooks, livemode, pathId(req.params), type as webhooks.EventType));
+  });
+
+  router.post("/webhook_endpoints/:id/resend", scope, async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    const { event } = parseInput(resendBody, req.body, "body");
+    await sendIdempotent(req, res, deps.gate, key, (trx) => webhooks.resendEvent(trx, principalOf(req).livemode, pathId(req.params), event));
+    deps.webhooks.wake();
+  });
+
+  router.get("/webhook_endpoints/:id/attempts", scope, async (req, res) => {
+    const { limit, cursor, event } = parseInput(attemptsQuery, req.query, "query");
+    const endpoint = await webhooks.getEndpoint(deps.db, principalOf(req).livemode, pathId(req.params));
+    const filters = filterFingerprint(`webhook_attempts:${endpoint.id}`, { event });
+    const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
+    const rows = await listAttempts(deps.db, { endpointId: endpoint.id, eventId: event, before: position?.after, limit: limit + 1 });
+    res.json(toPage(rows, limit, { codec: deps.codec, filters, keyOf: (row) => [row.attempted_at, row.id], view: webhooks.attemptView }));
+  });
+
+  return router;
+}

@@ -1,0 +1,256 @@
+// Webhook endpoints (Stripe's shape), the events API, test deliveries, resends and the
+// delivery log. Rules (server/README.md, "Webhooks"):
+// - an endpoint belongs to the mode of the key that created it and receives that mode's events;
+// - live URLs are https and resolve to public addresses only; test URLs may also be http and
+//   loopback (checked here at creation and update, and again by the sender at every attempt);
+// - the signing secret is returned once, at creation and at each roll; after a roll the old
+//   secret keeps signing for the configured grace period;
+// - a test delivery is test mode only, is not stored as an event, and answers with what the
+//   receiver said.
+import { randomBytes } from "node:crypto";
+import type { Kysely, Transaction } from "kysely";
+import { ApiError, conflict, invalidParam, notFound } from "../errors.ts";
+import { newId } from "../ids.ts";
+import type { Database, Livemode } from "../store/schema.ts";
+import * as store from "../store/webhooks-store.ts";
+import { addressPolicy, attemptRow, signingSecrets } from "../webhooks/delivery-worker.ts";
+import { SIGNATURE_HEADER, signatureHeader } from "../webhooks/signature.ts";
+import type { WebhookConfig } from "../webhooks/webhook-config.ts";
+import type { WebhookSender } from "../webhooks/webhook-sender.ts";
+import { UrlRefusedError } from "../webhooks/address-guard.ts";
+import type { StoredResponse } from "./idempotency.ts";
+
+/** Every event type the service writes to the outbox. */
+export const EVENT_TYPES = ["attendance.recorded", "attendance.updated", "badge.ota_reported"] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export const MAX_URL_LENGTH = 2048;
+
+export interface EndpointView {
+  id: string;
+  object: "webhook_endpoint";
+  livemode: boolean;
+  url: string;
+  description: string | null;
+  enabled_events: string[];
+  status: "enabled" | "disabled";
+  disabled_reason: string | null;
+  previous_secret_expires_at: string | null;
+  created: number;
+  /** present only in the answers to create and roll_secret */
+  secret?: string;
+}
+
+export function endpointView(row: store.EndpointRow, now = new Date()): EndpointView {
+  const previousValid = row.previous_secret_expires_at !== null && row.previous_secret_expires_at > now.toISOString();
+  return {
+    id: row.id,
+    object: "webhook_endpoint",
+    livemode: row.livemode === 1,
+    url: row.url,
+    description: row.description,
+    enabled_events: JSON.parse(row.enabled_events) as string[],
+    status: row.status,
+    disabled_reason: row.disabled_reason,
+    previous_secret_expires_at: previousValid ? row.previous_secret_expires_at : null,
+    created: Math.floor(Date.parse(row.created_at) / 1000),
+  };
+}
+
+export const newSigningSecret = () => `whsec_${randomBytes(32).toString("base64url")}`;
+
+export interface WebhookContext {
+  sender: WebhookSender;
+  config: WebhookConfig;
+  /** wakes the delivery worker (after a resend or an enable) */
+  wake: () => void;
+}
+
+/**
+ * Parses and checks an endpoint URL for `livemode`: a URL, http(s) (https for live), no
+ * refused address (resolving the name). Throws a 400 naming `url`.
+ */
+export async function checkEndpointUrl(ctx: WebhookContext, livemode: Livemode, value: string): Promise<string> {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw invalidParam("url", `Invalid url: '${value.slice(0, 100)}' is not an absolute URL.`, "url_invalid");
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") {
+    throw invalidParam("url", `Invalid url: the scheme must be https (got ${url.protocol.slice(0, -1)}).`, "url_invalid");
+  }
+  if (livemode === 1 && url.protocol !== "https:") {
+    throw invalidParam("url", "Live endpoints must use https; http is allowed for test-mode endpoints only.", "url_not_https");
+  }
+  try {
+    await ctx.sender.checkUrl(url, addressPolicy(livemode, ctx.config));
+  } catch (error) {
+    if (!(error instanceof UrlRefusedError)) throw error;
+    const allowed = livemode === 1 ? "public addresses only" : "public or loopback addresses only";
+    throw invalidParam("url", `Refused url: ${error.message}; ${livemode === 1 ? "live" : "test"} endpoints may reach ${allowed}.`, "url_refused");
+  }
+  return url.href;
+}
+
+export interface CreateEndpointInput {
+  url: string;
+  enabled_events: string[];
+  description?: string;
+}
+
+export async function createEndpoint(trx: Transaction<Database>, livemode: Livemode, input: CreateEndpointInput): Promise<StoredResponse> {
+  const now = new Date().toISOString();
+  const row: store.EndpointRow = {
+    id: newId("whe"),
+    livemode,
+    url: input.url,
+    description: input.description ?? null,
+    enabled_events: JSON.stringify(input.enabled_events),
+    status: "enabled",
+    disabled_reason: null,
+    secret: newSigningSecret(),
+    previous_secret: null,
+    previous_secret_expires_at: null,
+    last_success_at: null,
+    created_at: now,
+    updated_at: now,
+  };
+  await store.insertEndpoint(trx, row);
+  return { status: 201, body: { ...endpointView(row), secret: row.secret } };
+}
+
+export async function getEndpoint(db: Kysely<Database> | Transaction<Database>, livemode: Livemode, id: string): Promise<store.EndpointRow> {
+  const row = await store.findEndpoint(db, livemode, id);
+  if (!row) throw notFound("webhook endpoint", id);
+  return row;
+}
+
+export interface UpdateEndpointInput {
+  url?: string;
+  enabled_events?: string[];
+  description?: string | null;
+  disabled?: boolean;
+}
+
+export async function updateEndpoint(trx: Transaction<Database>, livemode: Livemode, id: string, input: UpdateEndpointInput): Promise<StoredResponse> {
+  await getEndpoint(trx, livemode, id);
+  const now = new Date().toISOString();
+  const changes: Parameters<typeof store.updateEndpoint>[2] = { updated_at: now };
+  if (input.url !== undefined) changes.url = input.url;
+  if (input.enabled_events !== undefined) changes.enabled_events = JSON.stringify(input.enabled_events);
+  if (input.description !== undefined) changes.description = input.description;
+  if (input.disabled === true) Object.assign(changes, { status: "disabled", disabled_reason: "Disabled through the API." });
+  if (input.disabled === false) Object.assign(changes, { status: "enabled", disabled_reason: null });
+  await store.updateEndpoint(trx, id, changes);
+  return { status: 200, body: endpointView((await store.findEndpoint(trx, livemode, id))!) };
+}
+
+export async function deleteEndpoint(db: Kysely<Database>, livemode: Livemode, id: string) {
+  await db.transaction().execute(async (trx) => {
+    await getEndpoint(trx, livemode, id);
+    await store.deleteEndpoint(trx, id);
+  });
+  return { id, object: "webhook_endpoint", deleted: true };
+}
+
+export async function rollSecret(trx: Transaction<Database>, ctx: WebhookContext, livemode: Livemode, id: string): Promise<StoredResponse> {
+  const current = await getEndpoint(trx, livemode, id);
+  const now = new Date();
+  const secret = newSigningSecret();
+  await store.updateEndpoint(trx, id, {
+    secret,
+    previous_secret: current.secret,
+    previous_secret_expires_at: new Date(now.getTime() + ctx.config.secretGraceMs).toISOString(),
+    updated_at: now.toISOString(),
+  });
+  return { status: 200, body: { ...endpointView((await store.findEndpoint(trx, livemode, id))!, now), secret } };
+}
+
+export async function resendEvent(trx: Transaction<Database>, livemode: Livemode, endpointId: string, eventId: string): Promise<StoredResponse> {
+  const endpoint = await getEndpoint(trx, livemode, endpointId);
+  if (endpoint.status === "disabled") {
+    throw conflict("endpoint_disabled", `Webhook endpoint ${endpointId} is disabled (${endpoint.disabled_reason}); enable it with PATCH {"disabled": false} first.`);
+  }
+  const event = await store.findEvent(trx, livemode, eventId);
+  if (!event) throw notFound("event", eventId, "event");
+  const now = new Date().toISOString();
+  await store.requeueDelivery(trx, endpointId, eventId, now);
+  return { status: 202, body: { object: "webhook_delivery", endpoint: endpointId, event: eventId, state: "pending", attempts: 0, next_attempt_at: now } };
+}
+
+/** A plausible object of each type, with ids that say they are not real. */
+function sampleObject(type: EventType, now: Date) {
+  const at = now.toISOString();
+  if (type === "badge.ota_reported") {
+    return {
+      object: { id: "rpt_test", object: "ota_report", device: { id: "dev_test", name: "Test badge", room: "R1" }, version: "1.4.0", outcome: "ok", message: null, received_at: at },
+    };
+  }
+  const record = {
+    id: "att_test",
+    object: "attendance_record",
+    livemode: false,
+    status: "present",
+    recorded_at: at,
+    method: "api",
+    student: { id: "stu_test", external_id: "TEST-STUDENT", name: "Test Student" },
+    session: { id: "ses_test", course_code: "TEST", room: "R1" },
+    device: null,
+    reason: null,
+    created_at: at,
+    updated_at: at,
+    history: [] as unknown[],
+  };
+  const actor = { type: "user", id: "usr_test", name: "Test delivery" };
+  if (type === "attendance.recorded") return { object: record, actor };
+  const reason = "test delivery";
+  return {
+    object: { ...record, status: "late", history: [{ at, from: "present", to: "late", reason, actor }] },
+    previous_attributes: { status: "present" },
+    reason,
+    actor,
+  };
+}
+
+export async function sendTestDelivery(db: Kysely<Database>, ctx: WebhookContext, livemode: Livemode, endpointId: string, type: EventType) {
+  if (livemode === 1) {
+    throw new ApiError(403, "permission_error", "test_delivery_live_key", "Test deliveries take a test-mode key (sk_test_...); a live key sends real events only.");
+  }
+  const endpoint = await getEndpoint(db, livemode, endpointId);
+  const now = new Date();
+  const event = { id: newId("evt", now.getTime()), object: "event", type, created: Math.floor(now.getTime() / 1000), livemode: false, test_delivery: true, data: sampleObject(type, now) };
+  const body = JSON.stringify(event);
+  const header = signatureHeader(body, signingSecrets(endpoint, now), event.created);
+  const result = await ctx.sender.send(endpoint.url, body, { [SIGNATURE_HEADER]: header }, addressPolicy(livemode, ctx.config));
+  const attempt = attemptRow({ endpoint_id: endpoint.id, event_id: event.id, event_type: type }, "test", now, result, null);
+  await db.transaction().execute((trx) => store.insertAttempt(trx, attempt));
+  return {
+    object: "webhook_test_delivery",
+    endpoint: endpoint.id,
+    event,
+    delivered: attempt.outcome === "succeeded",
+    status_code: result.statusCode,
+    error: result.error,
+    duration_ms: result.durationMs,
+    response_body_excerpt: result.responseExcerpt === null ? null : result.responseExcerpt.slice(0, 500),
+  };
+}
+
+export function attemptView(row: store.AttemptRow) {
+  return {
+    id: row.id,
+    object: "webhook_attempt",
+    endpoint: row.endpoint_id,
+    event: row.event_id,
+    event_type: row.event_type,
+    kind: row.kind,
+    attempted_at: row.attempted_at,
+    duration_ms: row.duration_ms,
+    status_code: row.status_code,
+    error: row.error,
+    response_body_excerpt: row.response_excerpt,
+    outcome: row.outcome,
+    next_attempt_at: row.next_attempt_at,
+  };
+}

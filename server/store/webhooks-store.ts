@@ -1,0 +1,194 @@
+// All SQL of webhooks: endpoints, the outbox fan-out, delivery claims with leases, attempts.
+// The claim is SELECT then UPDATE inside one BEGIN IMMEDIATE transaction, which on SQLite no
+// other writer can interleave with; the PostgreSQL port (several instances) makes the SELECT
+// `FOR UPDATE SKIP LOCKED` and keeps the rest.
+import type {
+  Db,
+  EventsTable,
+  Livemode,
+  WebhookAttemptsTable,
+  WebhookDeliveriesTable,
+  WebhookEndpointsTable,
+} from "./schema.ts";
+
+export type EndpointRow = WebhookEndpointsTable;
+
+export async function insertEndpoint(db: Db, row: EndpointRow): Promise<void> {
+  await db.insertInto("webhook_endpoints").values(row).execute();
+}
+
+export async function findEndpoint(db: Db, livemode: Livemode, id: string): Promise<EndpointRow | undefined> {
+  return db.selectFrom("webhook_endpoints").selectAll().where("livemode", "=", livemode).where("id", "=", id).executeTakeFirst();
+}
+
+export async function listEndpoints(db: Db, filter: { livemode: Livemode; after?: [string, string]; limit: number }): Promise<EndpointRow[]> {
+  let query = db.selectFrom("webhook_endpoints").selectAll().where("livemode", "=", filter.livemode);
+  if (filter.after !== undefined) {
+    const after = filter.after;
+    query = query.where((eb) => eb(eb.refTuple("created_at", "id"), ">", eb.tuple(after[0], after[1])));
+  }
+  return query.orderBy("created_at").orderBy("id").limit(filter.limit).execute();
+}
+
+export async function updateEndpoint(db: Db, id: string, changes: Partial<Omit<EndpointRow, "id" | "livemode" | "created_at">>): Promise<void> {
+  await db.updateTable("webhook_endpoints").set(changes).where("id", "=", id).execute();
+}
+
+/** Deletes the endpoint; its deliveries and attempts go with it (ON DELETE CASCADE). */
+export async function deleteEndpoint(db: Db, id: string): Promise<void> {
+  await db.deleteFrom("webhook_endpoints").where("id", "=", id).execute();
+}
+
+export async function findEvent(db: Db, livemode: Livemode, id: string) {
+  return db.selectFrom("events").select(["id", "type", "payload", "created_at"]).where("livemode", "=", livemode).where("id", "=", id).executeTakeFirst();
+}
+
+export async function listEvents(
+  db: Db,
+  filter: { livemode: Livemode; type?: string; since?: string; after?: [string, string]; limit: number },
+): Promise<Pick<EventsTable, "id" | "created_at" | "payload">[]> {
+  let query = db.selectFrom("events").select(["id", "created_at", "payload"]).where("livemode", "=", filter.livemode);
+  if (filter.type !== undefined) query = query.where("type", "=", filter.type);
+  if (filter.since !== undefined) query = query.where("created_at", ">=", filter.since);
+  if (filter.after !== undefined) {
+    const after = filter.after;
+    query = query.where((eb) => eb(eb.refTuple("created_at", "id"), ">", eb.tuple(after[0], after[1])));
+  }
+  return query.orderBy("created_at").orderBy("id").limit(filter.limit).execute();
+}
+
+/** Events no worker has fanned out yet, oldest first. */
+export async function undispatchedEvents(db: Db, limit: number) {
+  return db
+    .selectFrom("events")
+    .select(["id", "livemode", "type", "created_at"])
+    .where("dispatched_at", "is", null)
+    .orderBy("id")
+    .limit(limit)
+    .execute();
+}
+
+export async function enabledEndpoints(db: Db) {
+  return db
+    .selectFrom("webhook_endpoints")
+    .select(["id", "livemode", "enabled_events", "created_at"])
+    .where("status", "=", "enabled")
+    .execute();
+}
+
+export async function insertDeliveries(db: Db, rows: WebhookDeliveriesTable[]): Promise<void> {
+  // SQLite allows 32766 bound parameters; 8 columns per row.
+  for (let i = 0; i < rows.length; i += 1000) {
+    await db
+      .insertInto("webhook_deliveries")
+      .values(rows.slice(i, i + 1000))
+      .onConflict((oc) => oc.columns(["endpoint_id", "event_id"]).doNothing())
+      .execute();
+  }
+}
+
+export async function markDispatched(db: Db, ids: string[], now: string): Promise<void> {
+  for (let i = 0; i < ids.length; i += 1000) {
+    await db.updateTable("events").set({ dispatched_at: now }).where("id", "in", ids.slice(i, i + 1000)).execute();
+  }
+}
+
+/** Pending deliveries that are due (a leased one is due when its lease ends), of enabled endpoints not in `skipEndpoints`. */
+export async function dueDeliveries(db: Db, now: string, limit: number, skipEndpoints: string[]) {
+  let query = db
+    .selectFrom("webhook_deliveries as d")
+    .innerJoin("webhook_endpoints as e", "e.id", "d.endpoint_id")
+    .innerJoin("events as ev", "ev.id", "d.event_id")
+    .select([
+      "d.endpoint_id",
+      "d.event_id",
+      "d.attempts",
+      "d.created_at",
+      "e.url",
+      "e.livemode",
+      "e.secret",
+      "e.previous_secret",
+      "e.previous_secret_expires_at",
+      "ev.type as event_type",
+      "ev.payload",
+    ])
+    .where("d.state", "=", "pending")
+    .where("d.next_attempt_at", "<=", now)
+    .where("e.status", "=", "enabled");
+  if (skipEndpoints.length > 0) query = query.where("d.endpoint_id", "not in", skipEndpoints);
+  return query.orderBy("d.next_attempt_at").limit(limit).execute();
+}
+
+export type DueDelivery = Awaited<ReturnType<typeof dueDeliveries>>[number];
+
+export async function leaseDelivery(db: Db, key: { endpoint_id: string; event_id: string }, leaseUntil: string, token: string): Promise<void> {
+  await db
+    .updateTable("webhook_deliveries")
+    .set({ next_attempt_at: leaseUntil, lease_token: token })
+    .where("endpoint_id", "=", key.endpoint_id)
+    .where("event_id", "=", key.event_id)
+    .execute();
+}
+
+/** The earliest time a pending delivery of an enabled endpoint falls due, if any. */
+export async function nextDueAt(db: Db): Promise<string | null> {
+  const row = await db
+    .selectFrom("webhook_deliveries as d")
+    .innerJoin("webhook_endpoints as e", "e.id", "d.endpoint_id")
+    .select((eb) => eb.fn.min("d.next_attempt_at").as("at"))
+    .where("d.state", "=", "pending")
+    .where("e.status", "=", "enabled")
+    .executeTakeFirst();
+  return (row?.at as string | null | undefined) ?? null;
+}
+
+/** Records the outcome of a leased attempt; a worker whose lease was taken over changes nothing. */
+export async function settleDelivery(
+  db: Db,
+  key: { endpoint_id: string; event_id: string; lease_token: string },
+  changes: Pick<WebhookDeliveriesTable, "state" | "attempts" | "next_attempt_at" | "updated_at">,
+): Promise<boolean> {
+  const result = await db
+    .updateTable("webhook_deliveries")
+    .set({ ...changes, lease_token: null })
+    .where("endpoint_id", "=", key.endpoint_id)
+    .where("event_id", "=", key.event_id)
+    .where("lease_token", "=", key.lease_token)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
+}
+
+/** Schedules one event to one endpoint again from now, with a fresh retry schedule. */
+export async function requeueDelivery(db: Db, endpointId: string, eventId: string, now: string): Promise<void> {
+  await db
+    .insertInto("webhook_deliveries")
+    .values({ endpoint_id: endpointId, event_id: eventId, state: "pending", attempts: 0, next_attempt_at: now, lease_token: null, created_at: now, updated_at: now })
+    .onConflict((oc) =>
+      oc.columns(["endpoint_id", "event_id"]).doUpdateSet({ state: "pending", attempts: 0, next_attempt_at: now, lease_token: null, created_at: now, updated_at: now }),
+    )
+    .execute();
+}
+
+export async function findDelivery(db: Db, endpointId: string, eventId: string) {
+  return db.selectFrom("webhook_deliveries").selectAll().where("endpoint_id", "=", endpointId).where("event_id", "=", eventId).executeTakeFirst();
+}
+
+export async function insertAttempt(db: Db, row: WebhookAttemptsTable): Promise<void> {
+  await db.insertInto("webhook_attempts").values(row).execute();
+}
+
+/** Newest first, so the log opens on what just happened. */
+export async function listAttempts(
+  db: Db,
+  filter: { endpointId: string; eventId?: string; before?: [string, string]; limit: number },
+): Promise<WebhookAttemptsTable[]> {
+  let query = db.selectFrom("webhook_attempts").selectAll().where("endpoint_id", "=", filter.endpointId);
+  if (filter.eventId !== undefined) query = query.where("event_id", "=", filter.eventId);
+  if (filter.before !== undefined) {
+    const before = filter.before;
+    query = query.where((eb) => eb(eb.refTuple("attempted_at", "id"), "<", eb.tuple(before[0], before[1])));
+  }
+  return query.orderBy("attempted_at", "desc").orderBy("id", "desc").limit(filter.limit).execute();
+}
+
+export type AttemptRow = WebhookAttemptsTable;

@@ -1,0 +1,284 @@
+// Delivers the outbox. Everything a delivery needs to survive a crash is in the database: the
+// worker fans each new event out into one `webhook_deliveries` row per matching endpoint (in
+// one transaction that also marks the event dispatched), claims due rows by writing a lease
+// (next_attempt_at moves to the end of the lease, so a worker killed mid-attempt leaves the
+// row to fall due again), and records each attempt and the next time in one transaction per
+// batch of finished attempts. Duplicates are possible (killed after the POST, before the
+// record); loss is not. Requests never wait for any of this: they only wake the worker.
+import { randomUUID } from "node:crypto";
+import type { Kysely } from "kysely";
+import type { Logger } from "pino";
+import { newId } from "../ids.ts";
+import type { Database, Livemode, WebhookAttemptsTable } from "../store/schema.ts";
+import * as store from "../store/webhooks-store.ts";
+import { SIGNATURE_HEADER, signatureHeader } from "./signature.ts";
+import type { WebhookConfig } from "./webhook-config.ts";
+import type { AttemptResult, WebhookSender } from "./webhook-sender.ts";
+import type { AddressPolicy } from "./address-guard.ts";
+
+const FAN_OUT_BATCH = 500;
+
+export function matchesEvent(enabledEvents: readonly string[], type: string): boolean {
+  return enabledEvents.includes("*") || enabledEvents.includes(type);
+}
+
+/** Secrets that sign now: the current one, and the rolled one until its grace period ends. */
+export function signingSecrets(row: { secret: string; previous_secret: string | null; previous_secret_expires_at: string | null }, now: Date): string[] {
+  const previousValid = row.previous_secret !== null && row.previous_secret_expires_at !== null && row.previous_secret_expires_at > now.toISOString();
+  return previousValid ? [row.secret, row.previous_secret!] : [row.secret];
+}
+
+export function addressPolicy(livemode: Livemode, config: WebhookConfig): AddressPolicy {
+  return { allowLoopback: livemode === 0 || config.allowLoopbackForLive };
+}
+
+interface Finished {
+  delivery: store.DueDelivery;
+  token: string;
+  attemptedAt: Date;
+  result: AttemptResult;
+}
+
+export class DeliveryWorker {
+  readonly #db: Kysely<Database>;
+  readonly #sender: WebhookSender;
+  readonly #config: WebhookConfig;
+  readonly #logger: Logger;
+  readonly #workerId = randomUUID();
+  readonly #perEndpoint = new Map<string, number>();
+  #inFlight = 0;
+  #finished: Finished[] = [];
+  #pumping: Promise<void> | null = null;
+  #pumpAgain = false;
+  #flushing: Promise<void> | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #stopping = false;
+  #idle: (() => void) | null = null;
+
+  constructor(deps: { db: Kysely<Database>; sender: WebhookSender; config: WebhookConfig; logger: Logger }) {
+    this.#db = deps.db;
+    this.#sender = deps.sender;
+    this.#config = deps.config;
+    this.#logger = deps.logger;
+  }
+
+  start(): void {
+    this.wake();
+  }
+
+  /** Look for work now (called after every write request, so new events go out at once). */
+  wake = (): void => {
+    if (this.#stopping) return;
+    if (this.#pumping) {
+      this.#pumpAgain = true;
+      return;
+    }
+    this.#pumping = this.#pump().finally(() => {
+      this.#pumping = null;
+      if (this.#pumpAgain) this.wake();
+    });
+  };
+
+  async #pump(): Promise<void> {
+    try {
+      do {
+        this.#pumpAgain = false;
+        const fannedOut = await this.#fanOut();
+        const claimed = await this.#claim();
+        if (fannedOut === FAN_OUT_BATCH || (claimed > 0 && this.#inFlight < this.#config.concurrency)) this.#pumpAgain = true;
+      } while (this.#pumpAgain && !this.#stopping);
+      await this.#armTimer();
+    } catch (err) {
+      this.#logger.error({ err }, "webhook delivery worker failed; retrying at the next poll");
+      this.#armTimerAfter(this.#config.pollMs);
+    }
+  }
+
+  async #fanOut(): Promise<number> {
+    return this.#db.transaction().execute(async (trx) => {
+      const events = await store.undispatchedEvents(trx, FAN_OUT_BATCH);
+      if (events.length === 0) return 0;
+      const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
+      const now = new Date().toISOString();
+      const rows = [];
+      for (const event of events) {
+        for (const endpoint of endpoints) {
+          // An endpoint receives the events committed after it was created, in its own mode only.
+          if (endpoint.livemode !== event.livemode || endpoint.created_at > event.created_at) continue;
+          if (!matchesEvent(endpoint.enabled_events, event.type)) continue;
+          rows.push({ endpoint_id: endpoint.id, event_id: event.id, state: "pending" as const, attempts: 0, next_attempt_at: now, lease_token: null, created_at: now, updated_at: now });
+        }
+      }
+      await store.insertDeliveries(trx, rows);
+      await store.markDispatched(trx, events.map((e) => e.id), now);
+      return events.length;
+    });
+  }
+
+  async #claim(): Promise<number> {
+    const capacity = this.#config.concurrency - this.#inFlight;
+    if (capacity <= 0) return 0;
+    const saturated = [...this.#perEndpoint].filter(([, n]) => n >= this.#config.perEndpointConcurrency).map(([id]) => id);
+    const claimed = await this.#db.transaction().execute(async (trx) => {
+      const now = new Date();
+      const due = await store.dueDeliveries(trx, now.toISOString(), capacity * 2, saturated);
+      const taken: { delivery: store.DueDelivery; token: string }[] = [];
+      const counts = new Map(this.#perEndpoint);
+      const leaseUntil = new Date(now.getTime() + this.#config.leaseMs).toISOString();
+      for (const delivery of due) {
+        if (taken.length >= capacity) break;
+        const n = counts.get(delivery.endpoint_id) ?? 0;
+        if (n >= this.#config.perEndpointConcurrency) continue;
+        counts.set(delivery.endpoint_id, n + 1);
+        const token = `${this.#workerId}:${randomUUID()}`;
+        await store.leaseDelivery(trx, delivery, leaseUntil, token);
+        taken.push({ delivery, token });
+      }
+      return taken;
+    });
+    for (const { delivery, token } of claimed) {
+      this.#inFlight++;
+      this.#perEndpoint.set(delivery.endpoint_id, (this.#perEndpoint.get(delivery.endpoint_id) ?? 0) + 1);
+      void this.#attempt(delivery, token);
+    }
+    return claimed.length;
+  }
+
+  async #attempt(delivery: store.DueDelivery, token: string): Promise<void> {
+    const attemptedAt = new Date();
+    const header = signatureHeader(delivery.payload, signingSecrets(delivery, attemptedAt), Math.floor(attemptedAt.getTime() / 1000));
+    const result = await this.#sender.send(delivery.url, delivery.payload, { [SIGNATURE_HEADER]: header }, addressPolicy(delivery.livemode, this.#config));
+    this.#finished.push({ delivery, token, attemptedAt, result });
+    this.#flush();
+  }
+
+  #flush(): void {
+    if (this.#flushing) return;
+    this.#flushing = (async () => {
+      while (this.#finished.length > 0) {
+        const batch = this.#finished;
+        this.#finished = [];
+        try {
+          await this.#record(batch);
+        } catch (err) {
+          // The leases run out and the deliveries are attempted again: a duplicate, never a loss.
+          this.#logger.error({ err, attempts: batch.length }, "could not record webhook attempts");
+        }
+        for (const { delivery } of batch) {
+          this.#inFlight--;
+          const n = this.#perEndpoint.get(delivery.endpoint_id)! - 1;
+          if (n === 0) this.#perEndpoint.delete(delivery.endpoint_id);
+          else this.#perEndpoint.set(delivery.endpoint_id, n);
+        }
+      }
+    })().finally(() => {
+      this.#flushing = null;
+      if (this.#finished.length > 0) return this.#flush();
+      if (this.#inFlight === 0) this.#idle?.();
+      this.wake();
+    });
+  }
+
+  async #record(batch: Finished[]): Promise<void> {
+    await this.#db.transaction().execute(async (trx) => {
+      const now = new Date();
+      for (const { delivery, token, attemptedAt, result } of batch) {
+        const key = { endpoint_id: delivery.endpoint_id, event_id: delivery.event_id, lease_token: token };
+        const succeeded = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300;
+        if (this.#stopping && !succeeded) {
+          // Cut short by shutdown, not by the receiver: due again at once, and not counted.
+          await store.settleDelivery(trx, key, { state: "pending", attempts: delivery.attempts, next_attempt_at: now.toISOString(), updated_at: now.toISOString() });
+          continue;
+        }
+        const attempts = delivery.attempts + 1;
+        const outcome = this.#nextStep(result, attempts, now);
+        await store.insertAttempt(trx, attemptRow(delivery, "delivery", attemptedAt, result, outcome.next_attempt_at));
+        const settled = await store.settleDelivery(trx, key, { ...outcome, attempts, updated_at: now.toISOString() });
+        if (!settled) continue;
+        if (succeeded) {
+          await store.updateEndpoint(trx, delivery.endpoint_id, { last_success_at: attemptedAt.toISOString() });
+        } else if (result.statusCode === 410) {
+          await this.#disable(trx, delivery.endpoint_id, `The endpoint answered 410 Gone to event ${delivery.event_id} at ${attemptedAt.toISOString()}.`, now);
+        } else if (outcome.state === "failed") {
+          const endpoint = await store.findEndpoint(trx, delivery.livemode, delivery.endpoint_id);
+          if (endpoint && (endpoint.last_success_at === null || endpoint.last_success_at < delivery.created_at)) {
+            await this.#disable(
+              trx,
+              delivery.endpoint_id,
+              `Every attempt failed for the whole retry schedule: ${attempts} attempts at event ${delivery.event_id} from ${delivery.created_at} to ${attemptedAt.toISOString()}, the last ${describe(result)}.`,
+              now,
+            );
+          }
+        }
+      }
+    });
+  }
+
+  #nextStep(result: AttemptResult, attempts: number, now: Date) {
+    const succeeded = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300;
+    if (succeeded) return { state: "succeeded" as const, next_attempt_at: null };
+    const schedule = this.#config.retryScheduleMs;
+    if (result.statusCode === 410 || attempts > schedule.length) return { state: "failed" as const, next_attempt_at: null };
+    let delay = schedule[attempts - 1]! * (1 - this.#config.jitter * Math.random());
+    // Retry-After may ask for a longer wait (never beyond the schedule's longest step).
+    if (result.retryAfterMs !== null) delay = Math.max(delay, Math.min(result.retryAfterMs, Math.max(...schedule)));
+    return { state: "pending" as const, next_attempt_at: new Date(now.getTime() + delay).toISOString() };
+  }
+
+  async #disable(trx: Parameters<typeof store.updateEndpoint>[0], endpointId: string, reason: string, now: Date): Promise<void> {
+    await store.updateEndpoint(trx, endpointId, { status: "disabled", disabled_reason: reason, updated_at: now.toISOString() });
+    this.#logger.warn({ endpoint: endpointId, reason }, "webhook endpoint disabled");
+  }
+
+  async #armTimer(): Promise<void> {
+    const next = await store.nextDueAt(this.#db);
+    const untilDue = next === null ? Infinity : Date.parse(next) - Date.now();
+    this.#armTimerAfter(Math.max(0, Math.min(untilDue, this.#config.pollMs)));
+  }
+
+  #armTimerAfter(ms: number): void {
+    if (this.#stopping) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(this.wake, ms);
+    this.#timer.unref();
+  }
+
+  /** Stops claiming, cuts running attempts short and hands their deliveries back; resolves when all is recorded. */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    await this.#pumping;
+    const idle = this.#inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.#idle = resolve));
+    this.#sender.close();
+    await idle;
+    await this.#flushing;
+  }
+}
+
+function describe(result: AttemptResult): string {
+  return result.statusCode !== null ? `answered HTTP ${result.statusCode}` : `failed: ${result.error}`;
+}
+
+export function attemptRow(
+  delivery: { endpoint_id: string; event_id: string; event_type: string },
+  kind: WebhookAttemptsTable["kind"],
+  attemptedAt: Date,
+  result: AttemptResult,
+  nextAttemptAt: string | null,
+): WebhookAttemptsTable {
+  const succeeded = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300;
+  return {
+    id: newId("wha", attemptedAt.getTime()),
+    endpoint_id: delivery.endpoint_id,
+    event_id: delivery.event_id,
+    event_type: delivery.event_type,
+    kind,
+    attempted_at: attemptedAt.toISOString(),
+    duration_ms: result.durationMs,
+    status_code: result.statusCode,
+    error: result.error,
+    response_excerpt: result.responseExcerpt === null ? null : result.responseExcerpt.slice(0, 500),
+    outcome: succeeded ? "succeeded" : "failed",
+    next_attempt_at: nextAttemptAt,
+  };
+}
