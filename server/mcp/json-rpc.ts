@@ -8,6 +8,7 @@ export const JSON_RPC = {
   invalidRequest: -32600,
   methodNotFound: -32601,
   invalidParams: -32602,
+  internalError: -32603,
   /** transport-level refusals (method, media type, protocol version), as the SDK numbers them */
   transport: -32000,
   /** authentication and permission (with HTTP 401 and 403) */

@@ -147,9 +147,15 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
     await answerWithSdk(req, res, message);
   });
 
-  router.all("/", (_req, res) => {
-    const failure = new JsonRpcFailure(405, JSON_RPC.transport, "Method Not Allowed: send JSON-RPC messages with POST; this server keeps no sessions and opens no event stream.");
-    res.status(405).set("Allow", "POST").json(failure.toBody());
+  router.all("/", () => {
+    throw new JsonRpcFailure(
+      405,
+      JSON_RPC.transport,
+      "Method Not Allowed: send JSON-RPC messages with POST; this server keeps no sessions and opens no event stream.",
+      null,
+      undefined,
+      { Allow: "POST" },
+    );
   });
 
   // Every refusal on this path is JSON-RPC shaped, the authentication ones included.
@@ -164,7 +170,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
         failure = new JsonRpcFailure(apiError.status, code, `${apiError.message}${limit}`, null, undefined, apiError.headers);
       } else {
         deps.logger.error({ err: error, method: req.method, url: req.originalUrl }, "tool endpoint request failed");
-        failure = new JsonRpcFailure(500, -32603, "Internal error. It has been logged.");
+        failure = new JsonRpcFailure(500, JSON_RPC.internalError, "Internal error. It has been logged.");
       }
     }
     res.status(failure.status).set(failure.headers).json(failure.toBody());
