@@ -73,7 +73,7 @@ async function get(url: string, token?: string) {
 // ---------------------------------------------------------------------------------------------
 
 describe("badgebench --help", () => {
-  it("exits 0 and lists serve, keys, import and sessions", async () => {
+  it("exits 0 and lists serve, keys, import and sessions", { timeout: 30_000 }, async () => {
     const result = await run(["--help"]);
     expect(result.code).toBe(0);
     for (const command of ["serve", "keys", "import", "sessions"]) {
@@ -373,7 +373,7 @@ describe("badgebench serve --demo", () => {
 });
 
 describe("usage mistakes", () => {
-  it("print one line (or one JSON object under --json) and exit 2", async () => {
+  it("print one line (or one JSON object under --json) and exit 2", { timeout: 30_000 }, async () => {
     const json = await run(["keys", "create", "--scope", "attendance:read", "--json", "--data", tempDir("usage")]);
     expect(json.code).toBe(2);
     expect(parseSingleJson<{ error: { code: string; message: string } }>(json.stdout).error).toEqual({ code: "usage", message: expect.stringContaining("mode") });
@@ -384,7 +384,7 @@ describe("usage mistakes", () => {
     expect(text.stderr).not.toMatch(/\n\s+at /);
   });
 
-  it("a busy port is one line naming the address, exit 1", async () => {
+  it("a busy port is one line naming the address, exit 1", { timeout: 30_000 }, async () => {
     const dir = tempDir("busy-port");
     const first = await serve(["--data", dir]);
     const port = new URL(first.url).port;
