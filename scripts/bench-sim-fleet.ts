@@ -2,19 +2,21 @@
 // against a server in this process (scripts/sim-server.ts) over `--spread-ms` (120 s), while
 // the wearers of `--downloading` (1,000) of them, whose badges booted over the first
 // `--ask-at-ms` (20 s), press Check for Update at that moment (within `--ask-spread-ms`, 0 by
-// default: all at once), so that 1,000 download at once. Target: the run completes on this 2-core machine with
-// no failed badge; reported: p99 latency of the update check (and of the check-in sync), peak
-// RSS of the process (VmHWM), wall time, and the most downloads in flight at once.
+// default: all at once), so that 1,000 download at once. Targets (issue 12): the run completes
+// on this 2-core machine with no failed badge, peak RSS of the process (VmHWM) under 1.5 GiB,
+// and the update check's p99 at the server under 100 ms; also reported: the latencies the
+// badges saw, wall time, and the most downloads in flight at once.
 //
 // The server's own time per request (from its headers parsed to its last byte handed to the
 // socket, node:http's diagnostics channels in this process) is reported beside what the badges
-// saw: the target for the update check (p99 under 100 ms) is the server's figure.
+// saw, which includes how late their busy worker threads read the answer.
 //
 // Baseline, same run and server, after the fleet: `--baseline` (100) badges alone, every wearer
 // asking, booting over 5 s, so the reader sees what the load added to each latency. Latencies
 // are as the badges saw them (badge-sim/fleet.ts): they include how late a badge's worker
 // thread got round to an answer, which the event loop delays show.
-// Usage: npx tsx scripts/bench-sim-fleet.ts [--badges 10000] [--downloading 1000] [--image-size 262144]
+// The image fills the OTA slot (1,966,080 bytes) unless `--image-size` says otherwise.
+// Usage: npx tsx scripts/bench-sim-fleet.ts [--badges 10000] [--downloading 1000] [--image-size 1966080]
 //          [--spread-ms 120000] [--ask-at-ms 20000] [--ask-spread-ms 0] [--baseline 100] [--seed 1] [--json]
 import diagnostics from "node:diagnostics_channel";
 import type { IncomingMessage } from "node:http";
@@ -22,8 +24,9 @@ import os from "node:os";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { runFleet, type FleetSummary, type LatencyStats } from "../badge-sim/fleet.ts";
+import { OTA_SLOT_BYTES } from "../firmware/index.ts";
 import { commandLine, log, MiB, percentile, positiveInt, procMemory, round } from "./bench-common.ts";
-import { addDevices, DEFAULT_FLEET_IMAGE_BYTES, dockedBadge, publishReleases } from "./sim-fleet.ts";
+import { addDevices, dockedBadge, publishReleases } from "./sim-fleet.ts";
 import { startSimServer } from "./sim-server.ts";
 
 const BASELINE_SPREAD_MS = 5_000;
@@ -109,7 +112,7 @@ async function main(): Promise<void> {
     options: {
       badges: { type: "string", default: "10000" },
       downloading: { type: "string", default: "1000" },
-      "image-size": { type: "string", default: String(DEFAULT_FLEET_IMAGE_BYTES) },
+      "image-size": { type: "string", default: String(OTA_SLOT_BYTES) },
       "spread-ms": { type: "string", default: "120000" },
       "ask-at-ms": { type: "string", default: "20000" },
       "ask-spread-ms": { type: "string", default: "0" },

@@ -18,11 +18,16 @@ const MAX_SHARED_PER_OFFSET = 8;
 /** Pages shared by every slot of this thread, by page index: never written once here. */
 const sharedPages = new Map<number, Uint8Array[]>();
 
+/** The shared page at `index` holding exactly `bytes`, if any. */
+function sharedEqual(index: number, bytes: Uint8Array): Uint8Array | undefined {
+  return sharedPages.get(index)?.find((candidate) => Buffer.compare(candidate, bytes) === 0);
+}
+
 /** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
 function share(index: number, page: Uint8Array): Uint8Array | undefined {
-  const candidates = sharedPages.get(index) ?? [];
-  const same = candidates.find((candidate) => Buffer.compare(candidate, page) === 0);
+  const same = sharedEqual(index, page);
   if (same) return same;
+  const candidates = sharedPages.get(index) ?? [];
   if (candidates.length >= MAX_SHARED_PER_OFFSET) return undefined;
   candidates.push(page);
   sharedPages.set(index, candidates);
@@ -61,6 +66,14 @@ export class SlotPages {
       const index = Math.floor((offset + at) / PAGE_BYTES);
       const inPage = (offset + at) % PAGE_BYTES;
       const take = Math.min(data.length - at, PAGE_BYTES - inPage);
+      // A whole page programmed onto erased flash reads as the data itself: when another slot
+      // holds that page already, take it without making a private copy first (a download's case).
+      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, data.subarray(at, at + take)) : undefined;
+      if (shared) {
+        this.#pages[index] = shared;
+        at += take;
+        continue;
+      }
       const page = this.#ownPage(index);
       for (let i = 0; i < take; i++) page[inPage + i]! &= data[at + i]!;
       at += take;
