@@ -1,12 +1,11 @@
 // A worker thread of the fleet runner (fleet.ts): boots each badge of its shard at its moment,
 // drives it as its wearer would, times its requests, and says how each ended.
 //
-// A badge exists only from its boot until it is at rest, then it is powered off and dropped:
-// its flash alone is 1.9 MiB (the factory image's slot, allocated whole) and another 1.9 MiB
-// while it downloads, so 10,000 badges must not be alive at once. At most `maxLiveBadges` are;
-// a badge whose moment has come waits for one to finish, and the start lag says so. A badge at
-// rest hands its slot buffers to the badges after it (Flash.release): allocating and faulting
-// in fresh ones was what held the workers up most when 1,000 downloads began together.
+// A badge exists only from its boot until it is at rest, then it is powered off and dropped, so
+// 10,000 badges are not alive at once: at most `maxLiveBadges` are; a badge whose moment has
+// come waits for one to finish, and the start lag says so. Their flash slots share the pages
+// every badge of the thread holds alike (the factory image, the release; hardware/slot-pages.ts),
+// so a live badge costs its few pages written differently, not two 1.9 MiB slots.
 import { once } from "node:events";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { setImmediate as yieldToIo, setTimeout as sleep } from "node:timers/promises";
@@ -114,8 +113,6 @@ async function runBadge(run: ShardRun, spec: FleetBadge, pressAt: number | null)
     await badge.runUntilIdle();
     const result: BadgeResult = { ...outcomeOf(badge, spec, asks, exchanges), asked: asks, version: badge.runningVersion() };
     badge.stop();
-    // At rest nothing of it runs any more, so the next badge can have its flash's slots.
-    badge.flash.release();
     return result;
   } catch (error) {
     // A crashed badge may still have work under way: its flash is left to the garbage collector.

@@ -32,9 +32,14 @@ export interface ResponseLine {
 
 export type ResponseParse = { ok: true; version: number; lines: ResponseLine[] } | { ok: false; message: string };
 
-/** Quotes (and shortens) input for an error message, so control characters show escaped. */
-function quote(text: string): string {
-  return JSON.stringify(text.length > 20 ? `${text.slice(0, 20)}...` : text);
+/**
+ * Quotes (and shortens) input for an error message, with every control character escaped: an
+ * error message goes out in a response line, which may hold none. JSON.stringify alone leaves
+ * DEL and the C1 controls (U+007F-U+009F) raw.
+ */
+export function quote(text: string, max = 20): string {
+  const shown = JSON.stringify(text.length > max ? `${text.slice(0, max)}...` : text);
+  return shown.replace(/\p{Cc}/gu, (control) => `\\u${control.codePointAt(0)!.toString(16).padStart(4, "0")}`);
 }
 
 function describeControl(text: string): string | null {

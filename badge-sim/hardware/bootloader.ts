@@ -36,8 +36,7 @@ export function loadBootImage(flash: Flash): BootImage {
 type Verification = { ok: true; version: string; image: Uint8Array } | { ok: false; problem: string };
 
 function verifySlot(flash: Flash, slot: SlotName): Verification {
-  const bytes = flash.slot(slot);
-  const length = imageLength(bytes);
+  const length = imageLength((offset, count) => flash.peekSlot(slot, offset, count));
   if (typeof length === "string") return { ok: false, problem: length };
   const image = flash.readSlot(slot, 0, length);
   const inspection = inspectAppImage(image);
@@ -47,17 +46,18 @@ function verifySlot(flash: Flash, slot: SlotName): Verification {
 }
 
 /** Where the image in a slot ends, read from its header and segment headers, or why it cannot be read. */
-function imageLength(slot: Uint8Array): number | string {
-  if (slot[0] !== IMAGE_MAGIC) return `first byte is 0x${slot[0]!.toString(16)}, not an app image`;
-  const segments = slot[1]!;
+function imageLength(peek: (offset: number, length: number) => Uint8Array): number | string {
+  const header = peek(0, IMAGE_HEADER_BYTES);
+  if (header[0] !== IMAGE_MAGIC) return `first byte is 0x${header[0]!.toString(16)}, not an app image`;
+  const segments = header[1]!;
   if (segments === 0 || segments > MAX_SEGMENTS) return `${segments} segments`;
-  const view = new DataView(slot.buffer, slot.byteOffset, slot.byteLength);
   let end = IMAGE_HEADER_BYTES;
   for (let i = 0; i < segments; i++) {
     if (end + SEGMENT_HEADER_BYTES > OTA_SLOT_BYTES) return "segment headers run past the slot";
-    end += SEGMENT_HEADER_BYTES + view.getUint32(end + 4, true);
+    const segmentHeader = peek(end, SEGMENT_HEADER_BYTES);
+    end += SEGMENT_HEADER_BYTES + new DataView(segmentHeader.buffer).getUint32(4, true);
   }
   const checksumAt = end + 15 - (end % 16);
-  const length = checksumAt + 1 + (slot[HASH_FLAG_OFFSET] === 1 ? DIGEST_BYTES : 0);
+  const length = checksumAt + 1 + (header[HASH_FLAG_OFFSET] === 1 ? DIGEST_BYTES : 0);
   return length > OTA_SLOT_BYTES ? "segments run past the slot" : length;
 }

@@ -1,5 +1,5 @@
-// The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each,
-// allocated on first use), the otadata partition (hardware/otadata.ts) and the NVS region
+// The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each, as
+// copy-on-write pages that share what other badges of this thread hold too: slot-pages.ts), the otadata partition (hardware/otadata.ts) and the NVS region
 // (hardware/nvs.ts). It behaves like NOR flash where that matters to an update: erase sets
 // bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
 // partial, and the slot the chip runs from cannot be erased or written (esp_ota_begin refuses
@@ -10,6 +10,7 @@ import { OTA_SLOT_BYTES } from "../../firmware/index.ts";
 import type { VirtualClock } from "../virtual-clock.ts";
 import type { Battery, PowerMoment } from "./battery.ts";
 import { OTADATA_COPIES, OTADATA_ENTRY_BYTES, type SlotName } from "./otadata.ts";
+import { PAGE_BYTES, SlotPages } from "./slot-pages.ts";
 
 export type FlashRegion = SlotName | "otadata" | "nvs";
 
@@ -34,7 +35,8 @@ export interface FlashTiming {
 
 export const DEFAULT_FLASH_TIMING: FlashTiming = { erasePer64KiBMs: 150, writePer4KiBMs: 12, readPerMiBMs: 100, nvsCommitMs: 5, otadataEraseMs: 45 };
 
-export const SECTOR_BYTES = 4096;
+/** A slot page (slot-pages.ts) is one erase sector. */
+export const SECTOR_BYTES = PAGE_BYTES;
 const MiB = 1024 * 1024;
 
 /** Erasing or writing the slot the chip runs from. */
@@ -42,25 +44,16 @@ export class PartitionConflictError extends Error {
   override name = "PartitionConflictError";
 }
 
-/**
- * Slot buffers of flashes that were released, for the next Flash in this thread to reuse. A fleet
- * of thousands of short-lived badges otherwise allocates 1.9 MiB per slot per badge, and the
- * page faults and garbage collection of that were most of the fleet's work.
- */
-const spareSlots: Uint8Array[] = [];
-const MAX_SPARE_SLOTS = 512;
-
 export class Flash {
   readonly log: FlashOperation[] = [];
   #timing: FlashTiming;
   #clock: VirtualClock;
   #battery: Battery;
-  #slots = new Map<SlotName, Uint8Array>();
+  #slots: Record<SlotName, SlotPages> = { ota_0: new SlotPages(), ota_1: new SlotPages() };
   #otadata = new Uint8Array(OTADATA_COPIES * OTADATA_ENTRY_BYTES).fill(0xff);
   #nvs = new Uint8Array(0);
   #running: SlotName | null = null;
   #listeners = new Set<(operation: FlashOperation) => void>();
-  #released = false;
 
   constructor(deps: { clock: VirtualClock; battery: Battery; timing?: Partial<FlashTiming> }) {
     this.#clock = deps.clock;
@@ -73,32 +66,26 @@ export class Flash {
     return () => this.#listeners.delete(listener);
   }
 
-  /** The slot's bytes, live (do not write through this view). */
+  /** A copy of the slot's bytes, all OTA_SLOT_BYTES of them (reading it takes no simulated time). */
   slot(name: SlotName): Uint8Array {
-    let bytes = this.#slots.get(name);
-    if (!bytes) {
-      if (this.#released) throw new Error("this flash was released: its slots may belong to another badge now");
-      bytes = (spareSlots.pop() ?? new Uint8Array(OTA_SLOT_BYTES)).fill(0xff);
-      this.#slots.set(name, bytes);
-    }
-    return bytes;
+    return this.#slots[name].read(0, OTA_SLOT_BYTES);
   }
 
-  /**
-   * Gives the slot buffers to the next Flash made in this thread. For a badge that was stopped
-   * for good: nothing of this flash can be read or written afterwards.
-   */
-  release(): void {
-    this.#released = true;
-    for (const bytes of this.#slots.values()) if (spareSlots.length < MAX_SPARE_SLOTS) spareSlots.push(bytes);
-    this.#slots.clear();
+  /** A copy of some of a slot's bytes without taking simulated time (the bootloader's look at an image's headers). */
+  peekSlot(name: SlotName, offset: number, length: number): Uint8Array {
+    return this.#slots[name].read(offset, length);
+  }
+
+  /** Pages of the slot held as this badge's own copy: written differently from every badge around it. */
+  ownPages(name: SlotName): number {
+    return this.#slots[name].ownPageCount();
   }
 
   /** Reads like the chip does: takes simulated time. */
   readSlot(name: SlotName, offset: number, length: number): Uint8Array {
     this.#battery.requirePower(`reading ${name}`);
     this.#clock.advance((length / MiB) * this.#timing.readPerMiBMs);
-    return this.slot(name).subarray(offset, offset + length);
+    return this.#slots[name].read(offset, length);
   }
 
   get otadata(): Uint8Array {
@@ -127,7 +114,7 @@ export class Flash {
     this.#checkSlotAccess(name, 0, bytes);
     const length = Math.min(OTA_SLOT_BYTES, Math.ceil(bytes / SECTOR_BYTES) * SECTOR_BYTES);
     this.#battery.requirePower(`erasing ${name}`);
-    this.slot(name).fill(0xff, 0, length);
+    this.#slots[name].erase(0, length);
     this.#clock.advance((length / (64 * 1024)) * this.#timing.erasePer64KiBMs);
     this.#record(name, "erase", 0, length);
   }
@@ -135,7 +122,7 @@ export class Flash {
   /** NOR programming: bits only go from 1 to 0, so a write over unerased bytes gives their AND. */
   writeSlot(name: SlotName, offset: number, data: Uint8Array, moment?: PowerMoment): void {
     this.#checkSlotAccess(name, offset, data.length);
-    this.#program(name, this.slot(name), offset, data, moment);
+    this.#program(name, offset, data, moment, (length) => this.#slots[name].program(offset, data.subarray(0, length)));
   }
 
   eraseOtadataCopy(copy: number): void {
@@ -146,7 +133,10 @@ export class Flash {
   }
 
   writeOtadataCopy(copy: number, entry: Uint8Array, moment?: PowerMoment): void {
-    this.#program("otadata", this.#otadata, copy * OTADATA_ENTRY_BYTES, entry, moment);
+    const offset = copy * OTADATA_ENTRY_BYTES;
+    this.#program("otadata", offset, entry, moment, (length) => {
+      for (let i = 0; i < length; i++) this.#otadata[offset + i]! &= entry[i]!;
+    });
   }
 
   /** NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next mount). */
@@ -163,9 +153,9 @@ export class Flash {
    */
   flashOverUsb(name: SlotName, image: Uint8Array): void {
     if (image.length > OTA_SLOT_BYTES) throw new RangeError(`image of ${image.length} bytes does not fit the ${OTA_SLOT_BYTES}-byte slot`);
-    const bytes = this.slot(name);
-    bytes.fill(0xff);
-    bytes.set(image);
+    const slot = this.#slots[name];
+    slot.erase(0, OTA_SLOT_BYTES);
+    slot.program(0, image);
     this.#otadata.fill(0xff);
   }
 
@@ -176,11 +166,12 @@ export class Flash {
     }
   }
 
-  #program(region: FlashRegion, target: Uint8Array, offset: number, data: Uint8Array, moment: PowerMoment | undefined): void {
+  /** A write of `data` at `offset` that the power may cut short; `apply(length)` programs the bytes that made it. */
+  #program(region: FlashRegion, offset: number, data: Uint8Array, moment: PowerMoment | undefined, apply: (length: number) => void): void {
     this.#battery.requirePower(`writing ${region}`);
     const dies = moment === undefined ? null : this.#battery.powerFailsWithin(moment);
     const length = dies ?? data.length;
-    for (let i = 0; i < length; i++) target[offset + i]! &= data[i]!;
+    apply(length);
     this.#clock.advance((length / SECTOR_BYTES) * this.#timing.writePer4KiBMs);
     this.#battery.drain("perMiBWritten", length / MiB);
     this.#record(region, "write", offset, length);

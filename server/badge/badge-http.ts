@@ -5,7 +5,7 @@
 import type { NextFunction, Request, Response } from "express";
 import type { Logger } from "pino";
 import { formatResponse, type ResponseLine } from "../../firmware/index.ts";
-import { fromBodyParser } from "../http/error-middleware.ts";
+import { clientMistakeOf } from "../http/error-middleware.ts";
 import { authenticateDevice, type DeviceRow } from "../services/devices.ts";
 import type { Db } from "../store/schema.ts";
 
@@ -68,10 +68,10 @@ export function deviceAuth(db: Db) {
   };
 }
 
-/** A body the parser refused (too large, aborted, unknown charset) keeps its /v1 code. */
+/** A request Express could not read (too large, aborted, unknown charset, not inflatable) keeps its /v1 code. */
 function toBadgeError(error: unknown): BadgeError | undefined {
   if (error instanceof BadgeError) return error;
-  const clientMistake = fromBodyParser((error ?? {}) as object);
+  const clientMistake = clientMistakeOf(error);
   return clientMistake && new BadgeError(clientMistake.status, clientMistake.code, clientMistake.message);
 }
 

@@ -8,6 +8,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import type { Request, Response } from "express";
 import type { Logger } from "pino";
+import { quote } from "../../firmware/index.ts";
 import { newId } from "../ids.ts";
 import { findRelease, targetFor, type ReleaseStore } from "../releases/release-store.ts";
 import { finishFetch, insertFetch } from "../store/ota-store.ts";
@@ -33,7 +34,7 @@ export function otaDownload(writes: WriteBatcher, releases: ReleaseStore, logger
     }
     const manifest = releases.read();
     const entry = findRelease(manifest, version);
-    if (!entry) throw new BadgeError(404, "release_unknown", `no published release ${JSON.stringify(version.slice(0, 40))}`);
+    if (!entry) throw new BadgeError(404, "release_unknown", `no published release ${quote(version, 40)}`);
     if (targetFor(manifest, device.id)?.version !== entry.version) {
       throw new BadgeError(403, "not_offered", `release ${entry.version} is not offered to this badge; check for updates first`);
     }

@@ -1,0 +1,115 @@
+// An OTA slot's bytes as copy-on-write pages of one erase sector (4 KiB), so that a fleet of
+// thousands of simulated badges holding full-size images fits in memory. An erased page is
+// `null` and costs nothing. A page whose bytes, once written to its end, equal a page already
+// seen at the same offset in this thread (the release every badge downloads, the factory image
+// every badge was flashed with) becomes that shared page. Only a page written differently (a
+// torn write, a flipped bit, an image nobody else has) is the slot's own. A shared page is
+// never written: programming it copies it first.
+//
+// Sharing is decided by comparing bytes, never by trusting where they came from, so a badge
+// reads exactly what it wrote; and at most MAX_SHARED_PER_OFFSET pages are kept per offset, so
+// the pool of a long fault sweep over many different images stays small.
+import { OTA_SLOT_BYTES } from "../../firmware/index.ts";
+
+export const PAGE_BYTES = 4096;
+export const PAGES_PER_SLOT = Math.ceil(OTA_SLOT_BYTES / PAGE_BYTES);
+const MAX_SHARED_PER_OFFSET = 8;
+
+/** Pages shared by every slot of this thread, by page index: never written once here. */
+const sharedPages = new Map<number, Uint8Array[]>();
+
+/** The shared page at `index` holding exactly `bytes`, if any. */
+function sharedEqual(index: number, bytes: Uint8Array): Uint8Array | undefined {
+  return sharedPages.get(index)?.find((candidate) => Buffer.compare(candidate, bytes) === 0);
+}
+
+/** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
+function share(index: number, page: Uint8Array): Uint8Array | undefined {
+  const same = sharedEqual(index, page);
+  if (same) return same;
+  const candidates = sharedPages.get(index) ?? [];
+  if (candidates.length >= MAX_SHARED_PER_OFFSET) return undefined;
+  candidates.push(page);
+  sharedPages.set(index, candidates);
+  return page;
+}
+
+/** How many distinct pages this thread shares between slots (for tests and the memory story). */
+export function sharedPageCount(): number {
+  let count = 0;
+  for (const candidates of sharedPages.values()) count += candidates.length;
+  return count;
+}
+
+export class SlotPages {
+  readonly #pages: Array<Uint8Array | null> = new Array<Uint8Array | null>(PAGES_PER_SLOT).fill(null);
+  /** 1 where the page is this slot's own copy, which it may program in place */
+  readonly #own = new Uint8Array(PAGES_PER_SLOT);
+
+  /** Pages this slot holds a copy of its own (not erased, not shared). */
+  ownPageCount(): number {
+    return this.#own.reduce((sum, own) => sum + own, 0);
+  }
+
+  /** Sets whole pages back to erased (0xFF), from `offset` (a page boundary) for `length` bytes. */
+  erase(offset: number, length: number): void {
+    for (let index = offset / PAGE_BYTES; index < Math.ceil((offset + length) / PAGE_BYTES); index++) {
+      this.#pages[index] = null;
+      this.#own[index] = 0;
+    }
+  }
+
+  /** NOR programming: each byte becomes its AND with the data. */
+  program(offset: number, data: Uint8Array): void {
+    let at = 0;
+    while (at < data.length) {
+      const index = Math.floor((offset + at) / PAGE_BYTES);
+      const inPage = (offset + at) % PAGE_BYTES;
+      const take = Math.min(data.length - at, PAGE_BYTES - inPage);
+      // A whole page programmed onto erased flash reads as the data itself: when another slot
+      // holds that page already, take it without making a private copy first (a download's case).
+      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, data.subarray(at, at + take)) : undefined;
+      if (shared) {
+        this.#pages[index] = shared;
+        at += take;
+        continue;
+      }
+      const page = this.#ownPage(index);
+      for (let i = 0; i < take; i++) page[inPage + i]! &= data[at + i]!;
+      at += take;
+      // Written to its end: from here on the page is usually final (writes are sequential).
+      if (inPage + take === PAGE_BYTES) this.#settle(index);
+    }
+  }
+
+  /** A copy of `length` bytes from `offset`. */
+  read(offset: number, length: number): Uint8Array {
+    const out = new Uint8Array(length).fill(0xff);
+    let at = 0;
+    while (at < length) {
+      const index = Math.floor((offset + at) / PAGE_BYTES);
+      const inPage = (offset + at) % PAGE_BYTES;
+      const take = Math.min(length - at, PAGE_BYTES - inPage);
+      const page = this.#pages[index];
+      if (page) out.set(page.subarray(inPage, inPage + take), at);
+      at += take;
+    }
+    return out;
+  }
+
+  #ownPage(index: number): Uint8Array {
+    const page = this.#pages[index];
+    if (page && this.#own[index]) return page;
+    const copy = page ? page.slice() : new Uint8Array(PAGE_BYTES).fill(0xff);
+    this.#pages[index] = copy;
+    this.#own[index] = 1;
+    return copy;
+  }
+
+  #settle(index: number): void {
+    const shared = share(index, this.#pages[index]!);
+    if (!shared) return;
+    this.#pages[index] = shared;
+    this.#own[index] = 0;
+  }
+}
