@@ -15,7 +15,7 @@ import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { ApiError } from "../errors.ts";
 import { bearerAuth, principalOf } from "../http/auth-middleware.ts";
-import { fromBodyParser } from "../http/error-middleware.ts";
+import { clientMistakeOf } from "../http/error-middleware.ts";
 import type { Principal, Scope } from "../services/api-keys.ts";
 import type { Database } from "../store/schema.ts";
 import { firstIssue, JSON_RPC, JsonRpcFailure, readMessage, type JsonRpcRequest } from "./json-rpc.ts";
@@ -163,7 +163,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
     let failure: JsonRpcFailure;
     if (error instanceof JsonRpcFailure) failure = error;
     else {
-      const apiError = error instanceof ApiError ? error : fromBodyParser(error as { type?: string });
+      const apiError = error instanceof ApiError ? error : clientMistakeOf(error);
       if (apiError && apiError.status < 500) {
         const code = apiError.status === 401 || apiError.status === 403 ? JSON_RPC.unauthorized : JSON_RPC.invalidRequest;
         const limit = apiError.code === "body_too_large" ? ` The limit is ${MCP_MAX_BODY_BYTES / 1024 / 1024} MiB.` : "";
