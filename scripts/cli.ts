@@ -10,6 +10,7 @@ import { promoteRelease, PublishRefusal, publishRelease, WIFI_PASSWORD_ENV } fro
 import { ReleaseStore, ReleaseStoreError } from "../server/releases/release-store.ts";
 import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool, SchoolImportError } from "../server/services/school-import.ts";
+import { listReleases } from "../server/services/releases.ts";
 import { createDevice, DeviceError, fleetViewOf, revokeDevice } from "../server/services/devices.ts";
 import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
 import { listDevices } from "../server/store/devices-store.ts";
@@ -216,13 +217,16 @@ export function buildCli(argv: string[]) {
       y
         .demandCommand(1, "name a release command")
         .command("list", "list published releases", adminOptions, (args) =>
-          withStore(args, async () => {
+          withStore(args, async (store) => {
             const manifest = new ReleaseStore(resolveDataDir(args.data)).read();
-            const lines = manifest.releases.map((r) => {
-              const audience = r.version === manifest.fleet ? "FLEET" : r.canary && !r.promoted ? `canary ${r.canary}` : "";
+            const releases = await listReleases(store.db, manifest);
+            const lines = releases.map((r) => {
+              const report = r.canary?.last_report;
+              const canary = r.canary && `canary ${r.canary.id}, last report ${report ? `${report.outcome}|${report.version}` : "none"}`;
+              const audience = r.role === "fleet" ? "FLEET" : r.role === "canary" ? `${canary}; ${r.promotion?.allowed ? "promotable" : "not promotable yet"}` : "";
               return `${r.version}  ${r.size} bytes  md5 ${r.md5}  ${r.published_at}  ${audience}`.trimEnd();
             });
-            print(args, { object: "list", fleet: manifest.fleet, data: manifest.releases }, lines.join("\n") || "no releases published");
+            print(args, { object: "list", fleet: manifest.fleet, data: releases }, lines.join("\n") || "no releases published");
           }),
         )
         .command(

@@ -10,6 +10,7 @@ import { badgeRoutes } from "./badge/badge-routes.ts";
 import type { ReleaseStore } from "./releases/release-store.ts";
 import { attendanceRoutes } from "./routes/attendance-routes.ts";
 import { devicesRoutes } from "./routes/devices-routes.ts";
+import { releasesRoutes } from "./routes/releases-routes.ts";
 import { sessionsRoutes } from "./routes/sessions-routes.ts";
 import { IdempotencyGate } from "./services/idempotency.ts";
 import type { Store } from "./store/database.ts";
@@ -44,6 +45,7 @@ export async function createApp({ store, releases, logger }: AppDeps): Promise<A
   v1.use(attendanceRoutes(deps));
   v1.use(sessionsRoutes(deps));
   v1.use(devicesRoutes({ ...deps, releases }));
+  v1.use(releasesRoutes({ ...deps, releases }));
   app.use("/v1", v1);
   app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
 

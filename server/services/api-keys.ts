@@ -13,6 +13,8 @@ export const SCOPES = {
   "attendance:write": "create and correct records (includes attendance:read)",
   "sessions:write": "open, close and cancel sessions (includes attendance:read)",
   "devices:read": "list badges with their firmware state, and the card taps they sent",
+  "releases:read": "list firmware releases with their canary badge and its last report",
+  "releases:write": "promote a canary release to the fleet (includes releases:read)",
 } as const;
 
 export type Scope = keyof typeof SCOPES;
@@ -20,6 +22,7 @@ export type Scope = keyof typeof SCOPES;
 const IMPLIED: Partial<Record<Scope, Scope[]>> = {
   "attendance:write": ["attendance:read"],
   "sessions:write": ["attendance:read"],
+  "releases:write": ["releases:read"],
 };
 
 export function isScope(value: string): value is Scope {
