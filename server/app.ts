@@ -7,6 +7,7 @@ import { CursorCodec } from "./cursor.ts";
 import { bearerAuth } from "./http/auth-middleware.ts";
 import { errorMiddleware, notFoundRoute } from "./http/error-middleware.ts";
 import { badgeRoutes } from "./badge/badge-routes.ts";
+import { fleetPageRoutes } from "./fleet-page/fleet-page-routes.ts";
 import type { ReleaseStore } from "./releases/release-store.ts";
 import { attendanceRoutes } from "./routes/attendance-routes.ts";
 import { devicesRoutes } from "./routes/devices-routes.ts";
@@ -48,6 +49,7 @@ export async function createApp({ store, releases, logger }: AppDeps): Promise<A
   v1.use(releasesRoutes({ ...deps, releases }));
   app.use("/v1", v1);
   app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
+  app.use("/fleet", fleetPageRoutes());
 
   app.use(notFoundRoute);
   app.use(errorMiddleware(logger));
