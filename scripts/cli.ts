@@ -298,6 +298,7 @@ export function buildCli(argv: string[]) {
               .option("server", { type: "string", describe: "a running server's URL (default: a server in this process per scenario)" })
               .option("data", { type: "string", describe: "with --server: that server's data directory on this machine" })
               .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
+              .option("html", { type: "string", describe: "write a self-contained HTML report (summary, each scenario's timeline) to this file" })
               .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" })
               .option("stall-timeout", { type: "number", default: DEFAULT_STALL_TIMEOUT_MS, describe: "wall ms a badge waits on a silent download" }),
           async (args) => {
@@ -306,6 +307,7 @@ export function buildCli(argv: string[]) {
               server: args.server,
               data: args.data,
               junit: args.junit,
+              html: args.html,
               json: args.json,
               stallTimeoutMs: args.stallTimeout,
               interactive: process.stderr.isTTY === true && !process.env.CI,
@@ -422,6 +424,7 @@ export function buildCli(argv: string[]) {
               .option("rig", { type: "string", demandOption: true, describe: "the rig file: port, power relay, server and device token (fixtures/rigs/)" })
               .option("port", { type: "string", describe: "a serial port path instead of the rig file's port" })
               .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
+              .option("html", { type: "string", describe: "write a self-contained HTML report (summary, each scenario's timeline) to this file" })
               .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
           async (args) => {
             process.exitCode = await runHilRun({
@@ -429,6 +432,7 @@ export function buildCli(argv: string[]) {
               rig: args.rig,
               port: args.port,
               junit: args.junit,
+              html: args.html,
               json: args.json,
               interactive: process.stderr.isTTY === true && !process.env.CI,
             });
