@@ -3,54 +3,12 @@
 // scenario a timeline built from the badge's observation log: the states as a band, the
 // download's bytes and the battery's volts over badge time (uPlot, inlined), the faults marked
 // where they struck, the screens and the report sent. Everything from a scenario or a badge is
-// escaped; the data the charts draw travels as JSON with `<` escaped, so no text can end the
-// script it sits in. The file needs no network: the charting library is read from
-// node_modules when the report is written and inlined.
-import fs from "node:fs";
-import { createRequire } from "node:module";
+// escaped (html-page.ts: the template tag, the JSON in a script, uPlot inlined).
 import type { Fault } from "./fault-proxy.ts";
 import type { Scenario } from "./scenario.ts";
 import type { ScenarioOutcome, ScenarioResult } from "./scenario-runner.ts";
 import type { Observation } from "./virtual-badge.ts";
-
-// ---- HTML with every interpolation escaped unless it is already HTML ----
-
-export class Html {
-  constructor(readonly text: string) {}
-  toString(): string {
-    return this.text;
-  }
-}
-
-const ESCAPES: Record<string, string> = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
-export const escapeHtml = (value: string) => value.replace(/[&<>"']/g, (c) => ESCAPES[c]!);
-
-type Piece = Html | string | number | null | undefined | false | Piece[];
-
-function render(piece: Piece): string {
-  if (piece === null || piece === undefined || piece === false) return "";
-  if (piece instanceof Html) return piece.text;
-  if (Array.isArray(piece)) return piece.map(render).join("");
-  return escapeHtml(String(piece));
-}
-
-/** A template whose interpolations are escaped (arrays joined, `Html` kept as it is). */
-export function html(strings: TemplateStringsArray, ...values: Piece[]): Html {
-  return new Html(strings.reduce((out, part, i) => out + part + (i < values.length ? render(values[i]!) : ""), ""));
-}
-
-/** JSON for a `<script type="application/json">`: `<` and the line separators escaped. */
-export const scriptJson = (value: unknown) =>
-  new Html(JSON.stringify(value).replace(/</g, "\\u003c").replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029"));
-
-const require = createRequire(import.meta.url);
-
-/** uPlot's script and stylesheet, inlined into every report. */
-export function chartLibrary(): { script: Html; style: Html } {
-  const read = (file: string) => fs.readFileSync(require.resolve(`uplot/dist/${file}`), "utf8");
-  // The library's own text, placed in <script>; it contains no `</script`.
-  return { script: new Html(read("uPlot.iife.min.js")), style: new Html(read("uPlot.min.css")) };
-}
+import { html, Html, reportPage, verdictBadge } from "./html-page.ts";
 
 // ---- the timeline of one scenario, from its observations ----
 
@@ -152,16 +110,6 @@ export function timelineOf(result: ScenarioResult, scenario: Scenario | undefine
 
 // ---- the page ----
 
-const OUTCOME_WORDS: Record<ScenarioOutcome, { word: string; icon: string }> = {
-  passed: { word: "PASS", icon: "✔" },
-  failed: { word: "FAIL", icon: "✘" },
-  error: { word: "ERROR", icon: "⚠" },
-  skipped: { word: "SKIP", icon: "–" },
-};
-
-const outcomeBadge = (outcome: ScenarioOutcome) =>
-  html`<span class="outcome outcome-${outcome}"><span aria-hidden="true">${OUTCOME_WORDS[outcome].icon}</span> ${OUTCOME_WORDS[outcome].word}</span>`;
-
 const seconds = (ms: number) => `${(ms / 1000).toFixed(ms < 10_000 ? 2 : 1)} s`;
 const valueText = (value: unknown) => (value === undefined ? "(nothing)" : typeof value === "string" ? value : JSON.stringify(value));
 
@@ -172,7 +120,7 @@ function checksTable(result: ScenarioResult, onlyFailed: boolean): Html {
 <thead><tr><th scope="col">Check</th><th scope="col">Expected</th><th scope="col">Observed</th><th scope="col">Result</th></tr></thead>
 <tbody>${checks.map(
     (c) =>
-      html`<tr class="${c.passed ? "ok" : "bad"}"><td>${c.field}</td><td><code>${valueText(c.expected)}</code></td><td><code>${valueText(c.observed)}</code></td><td>${outcomeBadge(c.passed ? "passed" : "failed")}</td></tr>`,
+      html`<tr class="${c.passed ? "ok" : "bad"}"><td>${c.field}</td><td><code>${valueText(c.expected)}</code></td><td><code>${valueText(c.observed)}</code></td><td>${verdictBadge(c.passed ? "passed" : "failed")}</td></tr>`,
   )}</tbody></table>`;
 }
 
@@ -239,7 +187,7 @@ function scenarioSection(result: ScenarioResult, index: number, timeline: Timeli
   const reports = timeline.events.filter((e) => e.kind === "report.sent").map((e) => e.detail);
   const hasChart = timeline.download.length > 0 || timeline.battery.length > 0;
   return html`<section class="scenario" id="scenario-${index}" aria-labelledby="scenario-${index}-title">
-<h2 id="scenario-${index}-title">${outcomeBadge(result.outcome)} ${result.name}</h2>
+<h2 id="scenario-${index}-title">${verdictBadge(result.outcome)} ${result.name}</h2>
 <p class="meta">${result.file} · ${seconds(result.simulatedMs)} of badge time in ${seconds(result.wallMs)}</p>
 ${scenario ? html`<p>${scenario.description}</p>` : ""}
 ${result.message ? html`<p class="message ${result.outcome === "error" ? "bad" : ""}">${result.outcome === "error" ? "Could not be played: " : "Skipped: "}${result.message}</p>` : ""}
@@ -274,40 +222,32 @@ export function scenarioReportHtml(input: ReportInput): string {
   const overall: ScenarioOutcome = bad > 0 ? (count("failed") > 0 ? "failed" : "error") : "passed";
   const timelines = results.map((r) => timelineOf(r, input.scenarios.get(r.file)));
   const chartData = timelines.map((t) => ({ download: t.download, battery: t.battery, faults: t.faults, durationMs: t.durationMs }));
-  const library = chartLibrary();
   const summaryLine = `${results.length} scenarios: ${count("passed")} passed, ${count("failed")} failed, ${count("error")} errors, ${count("skipped")} skipped`;
   const failing = results.map((r, i) => ({ r, i })).filter(({ r }) => r.outcome === "failed" || r.outcome === "error");
 
-  return html`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${OUTCOME_WORDS[overall].word}: ${input.title}</title>
-<style>${library.style}</style>
-<style>${new Html(REPORT_CSS)}</style>
-</head><body>
-<header><h1>${input.title}</h1>
-<p class="overall outcome-${overall}" id="overall">${outcomeBadge(overall)} ${summaryLine}</p>
-<p class="meta">Written ${input.generatedAt.toISOString()} · badge time is simulated on a virtual badge, wall time on a real one</p></header>
-<main>
-<section aria-labelledby="summary-title"><h2 id="summary-title">Summary</h2>
+  return reportPage({
+    title: input.title,
+    verdict: overall,
+    headline: summaryLine,
+    meta: `Written ${input.generatedAt.toISOString()} · badge time is simulated on a virtual badge, wall time on a real one`,
+    body: html`<section aria-labelledby="summary-title"><h2 id="summary-title">Summary</h2>
 <table class="summary"><thead><tr><th scope="col">Result</th><th scope="col">Scenario</th><th scope="col">File</th><th scope="col">Badge time</th></tr></thead><tbody>
-${results.map((r, i) => html`<tr><td>${outcomeBadge(r.outcome)}</td><td><a href="#scenario-${i}">${r.name}</a></td><td>${r.file}</td><td>${seconds(r.simulatedMs)}</td></tr>`)}
+${results.map((r, i) => html`<tr><td>${verdictBadge(r.outcome)}</td><td><a href="#scenario-${i}">${r.name}</a></td><td>${r.file}</td><td>${seconds(r.simulatedMs)}</td></tr>`)}
 </tbody></table>
 ${
   failing.length > 0
     ? html`<h3>What went wrong</h3>${failing.map(
-        ({ r, i }) => html`<div class="failure"><h4>${outcomeBadge(r.outcome)} <a href="#scenario-${i}">${r.name}</a></h4>
+        ({ r, i }) => html`<div class="failure"><h4>${verdictBadge(r.outcome)} <a href="#scenario-${i}">${r.name}</a></h4>
 ${r.message ? html`<p class="message bad">${r.outcome === "error" ? "Could not be played: " : ""}${r.message}</p>` : ""}${checksTable(r, true)}</div>`,
       )}`
     : ""
 }
 </section>
-${results.map((r, i) => scenarioSection(r, i, timelines[i]!, input.scenarios.get(r.file)))}
-</main>
-<script type="application/json" id="chart-data">${scriptJson(chartData)}</script>
-<script>${library.script}</script>
-<script>${new Html(CHART_SCRIPT)}</script>
-</body></html>
-`.text;
+${results.map((r, i) => scenarioSection(r, i, timelines[i]!, input.scenarios.get(r.file)))}`,
+    data: chartData,
+    script: CHART_SCRIPT,
+    css: SCENARIO_CSS,
+  });
 }
 
 /** Draws each scenario's chart: download KiB (left axis) and battery volts (right), faults as red lines. */
@@ -371,26 +311,8 @@ const CHART_SCRIPT = `
 })();
 `;
 
-const REPORT_CSS = `
-body { font-family: system-ui, "DejaVu Sans", sans-serif; margin: 0; color: #1b1f24; background: #f6f8fa; line-height: 1.4; }
-header { background: #fff; border-bottom: 1px solid #d0d7de; padding: 0.75rem 1rem; }
-h1 { font-size: 1.4rem; margin: 0; }
-main { max-width: 70rem; margin: 0 auto; padding: 0 1rem 2rem; }
-section { background: #fff; border: 1px solid #d0d7de; border-radius: 6px; padding: 1rem; margin-top: 1rem; }
-h2 { font-size: 1.15rem; margin: 0 0 0.5rem; } h3 { font-size: 1rem; margin: 1rem 0 0.4rem; } h4 { font-size: 0.95rem; margin: 0.75rem 0 0.3rem; }
-.meta { color: #57606a; font-size: 0.9rem; margin: 0.2rem 0; }
-.overall { font-size: 1.1rem; font-weight: 600; margin: 0.4rem 0; }
-.outcome { font-weight: 700; white-space: nowrap; }
-.outcome-passed { color: #1a7f37; } .outcome-failed, .outcome-error { color: #cf222e; } .outcome-skipped { color: #57606a; }
-table { border-collapse: collapse; width: 100%; margin: 0.4rem 0; }
-th, td { text-align: left; padding: 0.3rem 0.5rem; border-bottom: 1px solid #d0d7de; vertical-align: top; font-size: 0.92rem; }
-th { color: #57606a; font-size: 0.85rem; }
-tr.bad td { background: #ffebe9; }
-td code { display: block; max-height: 9rem; overflow: auto; }
+const SCENARIO_CSS = `
 .screens .more { list-style: none; color: #57606a; font-size: 0.85rem; }
-code, pre { font-family: "DejaVu Sans Mono", monospace; font-size: 0.85rem; overflow-wrap: anywhere; white-space: pre-wrap; margin: 0; }
-.message { padding: 0.5rem; border-left: 4px solid #57606a; background: #f6f8fa; }
-.message.bad { border-left-color: #cf222e; }
 .failure { border-top: 1px solid #d0d7de; }
 .band { display: flex; height: 2rem; border: 1px solid #d0d7de; border-radius: 4px; overflow: hidden; margin: 0.3rem 0; }
 .segment { min-width: 2px; overflow: hidden; white-space: nowrap; font-size: 0.7rem; padding: 0.45rem 0.2rem 0; box-sizing: border-box; border-right: 1px solid #fff; }
