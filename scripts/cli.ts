@@ -339,7 +339,8 @@ export function buildCli(argv: string[]) {
               .option("image-size", { type: "number", describe: "bytes of the release image, in-process server only (default 262144)" })
               .option("spread-ms", { type: "number", describe: "wall ms over which the badges boot (default 10 per badge)" })
               .option("seed", { type: "number", describe: "seed of the schedule, so a run repeats" })
-              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" })
+              .option("html", { type: "string", describe: "write the figures as a self-contained HTML picture to this file" }),
           async (args) => {
             process.exitCode = await runSimFleet({
               badges: args.badges,
@@ -350,6 +351,7 @@ export function buildCli(argv: string[]) {
               spreadMs: args.spreadMs,
               seed: args.seed,
               json: args.json,
+              html: args.html,
               progress: true,
             });
           },
