@@ -244,7 +244,7 @@ function sortKeyOf(view: FleetDeviceView, sort: FleetSort): string {
   }
 }
 
-export function lastSeenOf(view: { last_check_at: string | null; last_sync_at: string | null }): string | null {
+function lastSeenOf(view: { last_check_at: string | null; last_sync_at: string | null }): string | null {
   const { last_check_at: check, last_sync_at: sync } = view;
   if (check === null || sync === null) return check ?? sync;
   return check > sync ? check : sync;
