@@ -223,24 +223,24 @@ export interface FleetPage {
 const pad = (n: number, width: number) => String(n).padStart(width, "0");
 
 /** A string that orders devices as the sort asks, compared by code points; ties go by id. */
-function sortKeyOf(view: FleetDeviceView, sort: FleetSort): string {
+function sortKeyOf(row: DeviceRow, state: FirmwareState, sort: FleetSort): string {
   switch (sort) {
     case "created":
-      return view.created_at;
+      return row.created_at;
     case "name":
     case "room":
     case "model":
-      return view[sort].toLowerCase();
+      return row[sort].toLowerCase();
     case "state":
-      return String(STATE_RANK[view.firmware.state]);
+      return String(STATE_RANK[state]);
     case "installed_version": {
-      const version = view.firmware.installed && parseVersion(view.firmware.installed.version);
+      const version = row.installed_version === null ? null : parseVersion(row.installed_version);
       return version ? [version.major, version.minor, version.patch].map((n) => pad(n, 6)).join(".") : "";
     }
     case "battery":
-      return view.battery.volts === null ? "" : pad(Math.round(view.battery.volts * 1000), 6);
+      return row.battery_volts === null ? "" : pad(Math.round(row.battery_volts * 1000), 6);
     case "last_seen":
-      return lastSeenOf(view) ?? "";
+      return lastSeenOf(row) ?? "";
   }
 }
 
@@ -269,19 +269,20 @@ export async function listFleet(db: Db, manifest: Manifest, now: Date, query: Fl
   const reportOf = new Map(reports.map((r) => [r.device_id, r]));
   const state_counts = Object.fromEntries(FIRMWARE_STATES.map((s) => [s, 0])) as Record<FirmwareState, number>;
   const direction = query.order === "asc" ? 1 : -1;
-  const matching: { view: FleetDeviceView; key: [string, string] }[] = [];
+  // Views are built for the page only; every badge needs its state, for the counts and the filter.
+  const matching: { row: DeviceRow; firmware: FirmwareStatus; key: [string, string] }[] = [];
   for (const row of rows) {
-    const view = toFleetView(row, firmwareStateOf(row, manifest, fetchOf.get(row.id), reportOf.get(row.id), now));
-    state_counts[view.firmware.state] += 1;
-    if (query.state !== undefined && view.firmware.state !== query.state) continue;
-    matching.push({ view, key: [sortKeyOf(view, query.sort), view.id] });
+    const firmware = firmwareStateOf(row, manifest, fetchOf.get(row.id), reportOf.get(row.id), now);
+    state_counts[firmware.state] += 1;
+    if (query.state !== undefined && firmware.state !== query.state) continue;
+    matching.push({ row, firmware, key: [sortKeyOf(row, firmware.state, query.sort), row.id] });
   }
   matching.sort((a, b) => direction * compareKeys(a.key, b.key));
   const after = query.after;
   const start = after === undefined ? 0 : matching.findIndex((m) => direction * compareKeys(m.key, after) > 0);
   const page = start === -1 ? [] : matching.slice(start, start + query.limit);
   return {
-    devices: page.map((m) => m.view),
+    devices: page.map((m) => toFleetView(m.row, m.firmware)),
     keys: page.map((m) => m.key),
     has_more: start !== -1 && start + query.limit < matching.length,
     total_count: matching.length,
