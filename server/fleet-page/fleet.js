@@ -141,6 +141,8 @@ function askForKey(message) {
   $("connection").hidden = true;
   $("key-panel").hidden = false;
   $("key-error").textContent = message ?? "";
+  // What the last key was told (a refusal, a missing scope) is not about the next one.
+  showReleaseMessage("", false);
   $("key-input").value = "";
   $("key-input").focus();
 }
