@@ -65,7 +65,9 @@ export type ObservationKind =
   | "tap.cleared"
   | "token.cleared"
   | "flash.erase"
-  | "flash.write";
+  | "flash.write"
+  | "download"
+  | "battery";
 
 export interface Observation {
   /** simulated ms */
@@ -129,6 +131,7 @@ export class VirtualBadge {
 
     this.flash.onOperation((operation) => this.#onFlash(operation));
     this.battery.onEvent((event) => this.#onBattery(event));
+    this.#observe("battery", batteryText(this.battery.reading()));
     this.#start("power-on");
   }
 
@@ -342,6 +345,7 @@ export class VirtualBadge {
       if (!this.#stopped) this.#start("brownout");
     } else {
       const { reading, cause } = event;
+      this.#observe("battery", batteryText(reading));
       const type = cause === "plugged" ? "power.plugged" : cause === "unplugged" ? "power.unplugged" : "battery.changed";
       this.#run?.actor.send({ type, battery: reading });
     }
@@ -558,7 +562,10 @@ export class VirtualBadge {
       buffered = 0;
       if (written % CHECKPOINT_BYTES === 0) this.storage.saveInstall({ ...record, bytes: written });
       const now = Math.floor((written * 100) / offer.size);
-      if (now !== percent) send({ type: "download.progress", bytes: written });
+      if (now !== percent) {
+        this.#observe("download", `${written} of ${offer.size}`);
+        send({ type: "download.progress", bytes: written });
+      }
       percent = now;
     };
 
@@ -574,6 +581,7 @@ export class VirtualBadge {
               throw new SizeProblem(`the server sends ${contentLength} bytes; the offer said ${offer.size}`);
             }
             this.storage.saveInstall(record);
+            this.#observe("download", `0 of ${offer.size}`);
             this.flash.eraseSlot(slot, offer.size);
           },
           onBody: (chunk) => {
@@ -628,6 +636,12 @@ export class VirtualBadge {
 }
 
 class SizeProblem extends Error {}
+
+/** A `battery` observation's detail: `3.950 V, charging` (or `external power`, `battery`). */
+export function batteryText(reading: { volts: number; externalPower: boolean; charging: boolean }): string {
+  const source = reading.charging ? "charging" : reading.externalPower ? "external power" : "battery";
+  return `${reading.volts.toFixed(3)} V, ${source}`;
+}
 
 function describeCheck(answer: CheckAnswer): string {
   switch (answer.kind) {

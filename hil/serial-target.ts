@@ -10,7 +10,7 @@
 // model oracle when there is one; its first deviation fails the scenario.
 import { setTimeout as sleep } from "node:timers/promises";
 import { isRestingState, type BadgeTarget, type PowerFault } from "../badge-sim/badge-target.ts";
-import type { Observation, ObservationKind } from "../badge-sim/virtual-badge.ts";
+import { batteryText, type Observation, type ObservationKind } from "../badge-sim/virtual-badge.ts";
 import { formatConsoleCommand, type ConsoleCommand, type ConsoleEvent } from "../firmware/index.ts";
 import { powerCutPlan, type PowerCutPlan, type PowerRelay } from "./power-relay.ts";
 import type { SerialConsole } from "./serial-console.ts";
@@ -180,6 +180,7 @@ export class SerialTarget implements BadgeTarget {
         this.#provisioned = event.token;
         if (event.state !== this.#state) this.#enter(event.state);
         this.#note("answer", `status: ${event.version} ${event.slot} ${event.state} ${event.mv} mV ${event.power} token=${event.token ? "yes" : "no"}`);
+        this.#note("battery", batteryText({ volts: event.mv / 1000, externalPower: event.power !== "battery", charging: event.power === "charging" }));
         return;
       case "token.cleared":
         this.#provisioned = false;
@@ -196,7 +197,7 @@ export class SerialTarget implements BadgeTarget {
         this.#note(event.kind, `${event.n}|${event.uid}|${event.at}`);
         return;
       case "progress":
-        this.#note("flash.write", `download ${event.bytes} of ${event.total} bytes`);
+        this.#note("download", `${event.bytes} of ${event.total}`);
         await this.#maybeCut({ progress: event });
         return;
       case "md5":

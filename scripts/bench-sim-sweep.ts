@@ -9,8 +9,11 @@
 // wall ms (a stall case costs that much real time). A crash-on-boot case publishes its own
 // crashing release as a canary for its device (1.6.0, 1.6.1, ...); that publish is inside the
 // measured time, as is creating each device. The server start and the fleet release are not.
-// Usage: npx tsx scripts/bench-sim-sweep.ts [--cases 300] [--seed 4242] [--json]
+// Usage: npx tsx scripts/bench-sim-sweep.ts [--cases 300] [--seed 4242] [--json] [--html FILE]
+// (--html: each case's wall time by fault, per-fault outcomes and any violations, drawn)
+import fs from "node:fs";
 import os from "node:os";
+import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import fc from "fast-check";
@@ -23,6 +26,7 @@ import {
   type SweepFaultKind,
   type SweepRelease,
 } from "../badge-sim/fault-sweep.ts";
+import { sweepReportHtml, type SweepCaseFigure } from "../badge-sim/figures-html.ts";
 import { commandLine, log, median, percentile, positiveInt, round } from "./bench-common.ts";
 import { startSimServer } from "./sim-server.ts";
 import { sweepCase } from "./sweep-cases.ts";
@@ -39,6 +43,7 @@ async function main(): Promise<void> {
       cases: { type: "string", default: "300" },
       seed: { type: "string", default: String(DEFAULT_SEED) },
       json: { type: "boolean", default: false },
+      html: { type: "string" },
     },
   });
   const count = positiveInt("cases", values.cases);
@@ -55,6 +60,7 @@ async function main(): Promise<void> {
     const perKind = Object.fromEntries(SWEEP_FAULT_KINDS.map((kind) => [kind, 0])) as Record<SweepFaultKind, number>;
     const failures: Array<{ case: string; violations: string[] }> = [];
     const caseWallMs: number[] = [];
+    const figures: SweepCaseFigure[] = [];
     let simulatedMs = 0;
     let crashReleases = 0;
     log(`${count} cases, seed ${seed}, ${size}-byte image, stall timeout ${stallTimeoutMs} ms`);
@@ -69,6 +75,7 @@ async function main(): Promise<void> {
       }
       const result = await runSweepCase(c, { serverUrl: sim.url, token: device.token, deviceId: device.id, apiKey: sim.apiKey, release, stallTimeoutMs });
       caseWallMs.push(performance.now() - caseStart);
+      figures.push({ result, wallMs: caseWallMs.at(-1)! });
       simulatedMs += result.observed.simulatedMs;
       perKind[c.fault.kind] += 1;
       if (result.violations.length > 0) {
@@ -96,6 +103,11 @@ async function main(): Promise<void> {
       pass: failures.length === 0 && (count !== TARGET_CASES || seconds < TARGET_SECONDS),
       command: commandLine("bench-sim-sweep.ts"),
     };
+    if (values.html) {
+      const setup = `${count} cases, seed ${seed}, ${size / 1024} KiB image, ${stallTimeoutMs} ms stall timeout, in-process server`;
+      fs.mkdirSync(path.dirname(path.resolve(values.html)), { recursive: true });
+      fs.writeFileSync(values.html, sweepReportHtml({ cases: figures, setup, wallS: seconds, generatedAt: new Date() }));
+    }
     if (values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
     else {
       const kinds = Object.entries(perKind).map(([kind, n]) => `${kind} ${n}`).join(", ");

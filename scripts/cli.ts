@@ -10,6 +10,7 @@ import { promoteRelease, PublishRefusal, publishRelease, WIFI_PASSWORD_ENV } fro
 import { ReleaseStore, ReleaseStoreError } from "../server/releases/release-store.ts";
 import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool, SchoolImportError } from "../server/services/school-import.ts";
+import { listReleases } from "../server/services/releases.ts";
 import { createDevice, DeviceError, fleetViewOf, revokeDevice } from "../server/services/devices.ts";
 import { SESSION_ACTIONS, transitionSession, type SessionAction } from "../server/services/sessions.ts";
 import { listDevices } from "../server/store/devices-store.ts";
@@ -241,13 +242,16 @@ export function buildCli(argv: string[]) {
       y
         .demandCommand(1, "name a release command")
         .command("list", "list published releases", adminOptions, (args) =>
-          withStore(args, async () => {
+          withStore(args, async (store) => {
             const manifest = new ReleaseStore(resolveDataDir(args.data)).read();
-            const lines = manifest.releases.map((r) => {
-              const audience = r.version === manifest.fleet ? "FLEET" : r.canary && !r.promoted ? `canary ${r.canary}` : "";
+            const releases = await listReleases(store.db, manifest);
+            const lines = releases.map((r) => {
+              const report = r.canary?.last_report;
+              const canary = r.canary && `canary ${r.canary.id}, last report ${report ? `${report.outcome}|${report.version}` : "none"}`;
+              const audience = r.role === "fleet" ? "FLEET" : r.role === "canary" ? `${canary}; ${r.promotion?.allowed ? "promotable" : "not promotable yet"}` : "";
               return `${r.version}  ${r.size} bytes  md5 ${r.md5}  ${r.published_at}  ${audience}`.trimEnd();
             });
-            print(args, { object: "list", fleet: manifest.fleet, data: manifest.releases }, lines.join("\n") || "no releases published");
+            print(args, { object: "list", fleet: manifest.fleet, data: releases }, lines.join("\n") || "no releases published");
           }),
         )
         .command(
@@ -319,6 +323,7 @@ export function buildCli(argv: string[]) {
               .option("server", { type: "string", describe: "a running server's URL (default: a server in this process per scenario)" })
               .option("data", { type: "string", describe: "with --server: that server's data directory on this machine" })
               .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
+              .option("html", { type: "string", describe: "write a self-contained HTML report (summary, each scenario's timeline) to this file" })
               .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" })
               .option("stall-timeout", { type: "number", default: DEFAULT_STALL_TIMEOUT_MS, describe: "wall ms a badge waits on a silent download" }),
           async (args) => {
@@ -327,6 +332,7 @@ export function buildCli(argv: string[]) {
               server: args.server,
               data: args.data,
               junit: args.junit,
+              html: args.html,
               json: args.json,
               stallTimeoutMs: args.stallTimeout,
               interactive: process.stderr.isTTY === true && !process.env.CI,
@@ -358,7 +364,8 @@ export function buildCli(argv: string[]) {
               .option("image-size", { type: "number", describe: "bytes of the release image, in-process server only (default 262144)" })
               .option("spread-ms", { type: "number", describe: "wall ms over which the badges boot (default 10 per badge)" })
               .option("seed", { type: "number", describe: "seed of the schedule, so a run repeats" })
-              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
+              .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" })
+              .option("html", { type: "string", describe: "write the figures as a self-contained HTML picture to this file" }),
           async (args) => {
             process.exitCode = await runSimFleet({
               badges: args.badges,
@@ -369,6 +376,7 @@ export function buildCli(argv: string[]) {
               spreadMs: args.spreadMs,
               seed: args.seed,
               json: args.json,
+              html: args.html,
               progress: true,
             });
           },
@@ -443,6 +451,7 @@ export function buildCli(argv: string[]) {
               .option("rig", { type: "string", demandOption: true, describe: "the rig file: port, power relay, server and device token (fixtures/rigs/)" })
               .option("port", { type: "string", describe: "a serial port path instead of the rig file's port" })
               .option("junit", { type: "string", describe: "write a JUnit XML report to this file" })
+              .option("html", { type: "string", describe: "write a self-contained HTML report (summary, each scenario's timeline) to this file" })
               .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" }),
           async (args) => {
             process.exitCode = await runHilRun({
@@ -450,6 +459,7 @@ export function buildCli(argv: string[]) {
               rig: args.rig,
               port: args.port,
               junit: args.junit,
+              html: args.html,
               json: args.json,
               interactive: process.stderr.isTTY === true && !process.env.CI,
             });

@@ -34,6 +34,8 @@ export interface HilRunOptions {
   /** a serial port path instead of the rig file's `port` (e.g. from BADGE_PORT) */
   port?: string;
   junit?: string;
+  /** write the HTML report (summary, then each scenario's timeline) to this file */
+  html?: string;
   json: boolean;
   interactive: boolean;
   /** where session transcripts are saved (default var/transcripts) */

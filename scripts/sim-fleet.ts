@@ -1,15 +1,18 @@
 // `badgebench sim fleet --badges N`: a fleet of virtual badges checking in against one server,
 // some of their wearers asking for the update, and a table of how each badge ended and of the
-// server's latencies as the badges saw them (badge-sim/fleet.ts).
+// server's latencies as the badges saw them (badge-sim/fleet.ts); --html FILE draws them.
 //
 // Without --server: a server in this process on a temporary data directory, with releases
 // 1.4.0 (what the badges run) and 1.5.0 (what they are offered) of --image-size bytes. With
 // --server URL and --data DIR (that server's data directory on this machine): the badges run
 // the release before the server's fleet release (0.0.0 when there is none) and get whatever the
 // server offers; nothing is published there, only devices added.
+import fs from "node:fs";
+import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { OTA_SLOT_BYTES } from "../firmware/index.ts";
+import { fleetReportHtml, type FleetSample } from "../badge-sim/figures-html.ts";
 import { formatFleetSummary, runFleet, type FleetBadge, type FleetProgress } from "../badge-sim/fleet.ts";
 import { connectNamedServer, SimSetupError, startSimServer, type SimServer } from "./sim-server.ts";
 
@@ -27,6 +30,8 @@ export interface SimFleetOptions {
   spreadMs?: number;
   seed?: number;
   json: boolean;
+  /** write the figures as a self-contained HTML picture to this file */
+  html?: string;
   /** progress on stderr: an updating line on a terminal, a line every few seconds otherwise */
   progress: boolean;
 }
@@ -61,14 +66,29 @@ export async function runSimFleet(options: SimFleetOptions): Promise<number> {
   try {
     const release = server.inProcess ? await publishReleases(server, imageSize) : releasesOffered(server);
     const tokens = await addDevices(server, badges);
+    const samples: FleetSample[] = [];
+    const printer = options.progress ? progressPrinter() : undefined;
     const summary = await runFleet({
       serverUrl: server.url,
       badges: tokens.map((token) => dockedBadge(token, release.from)),
       updateShare: downloading / badges,
       spreadMs,
       seed: options.seed,
-      onProgress: options.progress ? progressPrinter() : undefined,
+      onProgress: (progress) => {
+        printer?.(progress);
+        if (options.html) {
+          const { elapsedMs: t, live, downloading: inFlight, finished } = progress;
+          // Samples taken while the workers loaded count from before the badges' clocks started.
+          if (t < (samples.at(-1)?.t ?? 0)) samples.length = 0;
+          samples.push({ t, live, downloading: inFlight, finished, rssMiB: Math.round(process.memoryUsage.rss() / 2 ** 20) });
+        }
+      },
     });
+    if (options.html) {
+      const offered = release.to === null ? "nothing offered" : `${release.from} -> ${release.to}`;
+      fs.mkdirSync(path.dirname(path.resolve(options.html)), { recursive: true });
+      fs.writeFileSync(options.html, fleetReportHtml({ summary, samples, setup: `server ${server.url}, ${offered}`, generatedAt: new Date() }));
+    }
     if (options.json) {
       // Per badge is a row each (10,000 of them); the object carries the totals.
       const { results, ...totals } = summary;
@@ -153,6 +173,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
       "spread-ms": { type: "string" },
       seed: { type: "string" },
       json: { type: "boolean", default: false },
+      html: { type: "string" },
     },
   });
   const number = (value: string | undefined) => (value === undefined ? undefined : Number(value));
@@ -166,6 +187,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
       spreadMs: number(values["spread-ms"]),
       seed: number(values.seed),
       json: values.json,
+      html: values.html,
       progress: true,
     });
   } catch (error) {

@@ -7,6 +7,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { containsBytes, CRASH_ON_BOOT_MARKER } from "../firmware/index.ts";
+import { scenarioReportHtml } from "../badge-sim/html-report.ts";
 import { toJUnitXml } from "../badge-sim/junit.ts";
 import { loadScenario, ScenarioError, type Scenario } from "../badge-sim/scenario.ts";
 import { runScenario, unloadableResult, type PrepareScenario, type ScenarioResult } from "../badge-sim/scenario-runner.ts";
@@ -19,6 +20,8 @@ export interface SimRunOptions {
   server?: string;
   data?: string;
   junit?: string;
+  /** write the HTML report (summary, then each scenario's timeline) to this file */
+  html?: string;
   json: boolean;
   stallTimeoutMs?: number;
   /** an updating progress line on stderr (a terminal); otherwise one plain line per scenario */
@@ -43,11 +46,12 @@ export interface ScenarioReportOptions {
   /** scenario files (directories already expanded by scenarioFiles) */
   files: string[];
   junit?: string;
+  html?: string;
   json: boolean;
   interactive: boolean;
   /** the `object` of the --json answer: `sim_run`, `hil_run` */
   jsonObject: string;
-  /** the JUnit test suite's name */
+  /** the JUnit test suite's name, and the HTML report's title */
   suiteName: string;
 }
 
@@ -57,6 +61,7 @@ export interface ScenarioReportOptions {
  */
 export async function playScenarioFiles(options: ScenarioReportOptions, play: (scenario: Scenario) => Promise<ScenarioResult>): Promise<number> {
   const results: ScenarioResult[] = [];
+  const scenarios = new Map<string, Scenario>();
   const started = new Date();
   const progress = new Progress(options, options.files.length);
   for (const [index, file] of options.files.entries()) {
@@ -71,6 +76,7 @@ export async function playScenarioFiles(options: ScenarioReportOptions, play: (s
       continue;
     }
     progress.starting(index, scenario);
+    scenarios.set(scenario.file, scenario);
     const result = await play(scenario);
     results.push(result);
     progress.finished(result);
@@ -79,6 +85,10 @@ export async function playScenarioFiles(options: ScenarioReportOptions, play: (s
   if (options.junit) {
     fs.mkdirSync(path.dirname(path.resolve(options.junit)), { recursive: true });
     fs.writeFileSync(options.junit, toJUnitXml(results, { suiteName: options.suiteName, timestamp: started }));
+  }
+  if (options.html) {
+    fs.mkdirSync(path.dirname(path.resolve(options.html)), { recursive: true });
+    fs.writeFileSync(options.html, scenarioReportHtml({ title: options.suiteName, results, scenarios, generatedAt: started }));
   }
   const summary = summarise(results);
   if (options.json) process.stdout.write(`${JSON.stringify({ object: options.jsonObject, ...summary, results: results.map(jsonOf) })}\n`);

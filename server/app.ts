@@ -7,10 +7,12 @@ import { CursorCodec } from "./cursor.ts";
 import { bearerAuth } from "./http/auth-middleware.ts";
 import { errorMiddleware, notFoundRoute } from "./http/error-middleware.ts";
 import { badgeRoutes } from "./badge/badge-routes.ts";
+import { fleetPageRoutes } from "./fleet-page/fleet-page-routes.ts";
 import { mcpRoutes } from "./mcp/mcp-routes.ts";
 import type { ReleaseStore } from "./releases/release-store.ts";
 import { attendanceRoutes } from "./routes/attendance-routes.ts";
 import { devicesRoutes } from "./routes/devices-routes.ts";
+import { releasesRoutes } from "./routes/releases-routes.ts";
 import { eventsRoutes } from "./routes/events-routes.ts";
 import { webhookEndpointsRoutes } from "./routes/webhook-endpoints-routes.ts";
 import { sessionsRoutes } from "./routes/sessions-routes.ts";
@@ -56,9 +58,11 @@ export async function createApp({ store, releases, logger, webhooks }: AppDeps):
   v1.use(devicesRoutes({ ...deps, releases }));
   v1.use(webhookEndpointsRoutes({ ...deps, webhooks }));
   v1.use(eventsRoutes(deps));
+  v1.use(releasesRoutes({ ...deps, releases }));
   app.use("/v1", v1);
   app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
   app.use("/api/mcp", mcpRoutes({ db: store.db, codec, logger }));
+  app.use("/fleet", fleetPageRoutes());
 
   app.use(notFoundRoute);
   app.use(errorMiddleware(logger));

@@ -41,9 +41,11 @@ export function parseInput<S extends z.ZodType>(schema: S, input: unknown, what:
     throw invalidParam(key, `Received unknown ${what === "query" ? "query parameter" : "field"}: ${key}.`, "parameter_unknown");
   }
   const param = issue.path.map(String).join(".") || what;
-  const missing = issue.code === "invalid_type" && issue.input === undefined;
+  // zod 4 leaves `issue.input` out of its issues, so look the value up in what was given.
+  const given = issue.path.reduce<unknown>((value, key) => (value !== null && typeof value === "object" ? (value as Record<PropertyKey, unknown>)[key] : undefined), input);
+  const missing = issue.code === "invalid_type" && given === undefined;
   if (missing) throw invalidParam(param, `Missing required ${what === "query" ? "parameter" : "field"}: ${param}.`, "parameter_missing");
-  const shown = typeof issue.input === "string" ? ` (got '${issue.input.slice(0, 60)}')` : "";
+  const shown = typeof given === "string" ? ` (got '${given.slice(0, 60)}')` : "";
   throw invalidParam(param, `Invalid ${param}: ${issue.message}${shown}.`);
 }
 

@@ -24,7 +24,7 @@ import {
 } from "../../firmware/index.ts";
 import { findDevice } from "../store/devices-store.ts";
 import { latestOkReport } from "../store/ota-store.ts";
-import type { Database } from "../store/schema.ts";
+import type { Database, OtaReportsTable } from "../store/schema.ts";
 import { findRelease, type ReleaseStore } from "./release-store.ts";
 
 export const WIFI_PASSWORD_ENV = "BADGE_DEV_WIFI_PASSWORD";
@@ -207,8 +207,51 @@ export async function publishRelease(db: Kysely<Database>, releases: ReleaseStor
 
 export interface PromoteOptions {
   force?: boolean;
+  /** Why; recorded in the manifest. Required when forcing: an override nobody explained is not an audit trail. */
   reason?: string;
   now?: Date;
+}
+
+export const PROMOTE_REASON_MAX_CHARS = 200;
+
+export interface PromotionCheck {
+  entry: ReleaseEntry | undefined;
+  /** the canary's `ota=ok|VERSION` received after the publish, when there is one */
+  report: OtaReportsTable | undefined;
+  /** why promoting now is refused; `canary_not_confirmed` is the one a forced promotion overrides */
+  refusal: Refusal | undefined;
+}
+
+/**
+ * Whether a release may become the fleet's: the one rule behind `release promote`, the API's
+ * promote and the releases list's `promotion` field.
+ */
+export async function checkPromotion(db: Kysely<Database>, manifest: Manifest, version: string): Promise<PromotionCheck> {
+  const entry = findRelease(manifest, version);
+  const refused = (code: string, message: string): PromotionCheck => ({ entry, report: undefined, refusal: { code, message } });
+  if (!entry) return refused("release_unknown", `no published release ${version}`);
+  if (entry.canary === null || entry.promoted !== null) return refused("release_already_fleet", `${version} is already offered to the fleet`);
+  const fleet = manifest.fleet === null ? undefined : findRelease(manifest, manifest.fleet);
+  const newer = manifest.releases.slice(manifest.releases.indexOf(entry) + 1).find((r) => r === fleet);
+  if (newer) return refused("release_superseded", `the fleet already runs ${newer.version}, which is newer than ${version}`);
+  const report = await latestOkReport(db, entry.canary, version, entry.published_at);
+  if (!report) {
+    return refused(
+      "canary_not_confirmed",
+      `canary ${entry.canary} has not reported ota=ok|${version}; wait for its sync, or force the promotion with a reason (recorded in the manifest)`,
+    );
+  }
+  return { entry, report, refusal: undefined };
+}
+
+function checkReason(reason: string | undefined, overriding: boolean): Refusal | undefined {
+  if (reason === undefined) {
+    return overriding ? { code: "reason_missing", message: "a forced promotion needs a reason (--reason TEXT), recorded in the manifest" } : undefined;
+  }
+  if (reason.trim().length === 0 || reason.length > PROMOTE_REASON_MAX_CHARS || hasControlCharacter(reason)) {
+    return { code: "reason_invalid", message: `the reason is 1 to ${PROMOTE_REASON_MAX_CHARS} characters on one line` };
+  }
+  return undefined;
 }
 
 export async function promoteRelease(
@@ -220,29 +263,13 @@ export async function promoteRelease(
   const what = `promote ${version}`;
   return releases.withLock(async () => {
     const manifest = releases.read();
-    const entry = findRelease(manifest, version);
-    if (!entry) throw new PublishRefusal(what, [{ code: "release_unknown", message: `no published release ${version}` }]);
-    if (entry.canary === null || entry.promoted !== null) {
-      throw new PublishRefusal(what, [{ code: "release_already_fleet", message: `${version} is already offered to the fleet` }]);
-    }
-    const fleet = manifest.fleet === null ? undefined : findRelease(manifest, manifest.fleet);
-    const newer = manifest.releases.slice(manifest.releases.indexOf(entry) + 1).find((r) => r === fleet);
-    if (newer) {
-      throw new PublishRefusal(what, [
-        { code: "release_superseded", message: `the fleet already runs ${newer.version}, which is newer than ${version}` },
-      ]);
-    }
-    const report = await latestOkReport(db, entry.canary, version, entry.published_at);
-    if (!report && !options.force) {
-      throw new PublishRefusal(what, [
-        {
-          code: "canary_not_confirmed",
-          message: `canary ${entry.canary} has not reported ota=ok|${version}; wait for its sync, or pass --force (recorded in the manifest)`,
-        },
-      ]);
-    }
+    const { entry, report, refusal } = await checkPromotion(db, manifest, version);
+    const overridden = refusal?.code === "canary_not_confirmed" && options.force === true;
+    if (refusal && !overridden) throw new PublishRefusal(what, [refusal]);
+    const reasonRefusal = checkReason(options.reason, overridden);
+    if (reasonRefusal) throw new PublishRefusal(what, [reasonRefusal]);
     const promoted: ReleaseEntry = {
-      ...entry,
+      ...entry!,
       promoted: {
         at: (options.now ?? new Date()).toISOString(),
         forced: !report,

@@ -18,6 +18,11 @@ export class ReleaseStoreError extends Error {
   override name = "ReleaseStoreError";
 }
 
+/** Another publish or promote holds the lock: worth retrying shortly, unlike other store errors. */
+export class ReleaseLockedError extends ReleaseStoreError {
+  override name = "ReleaseLockedError";
+}
+
 interface CachedManifest {
   ino: number;
   mtimeMs: number;
@@ -112,7 +117,7 @@ export class ReleaseStore {
     const lockFile = path.join(this.dir, LOCK_FILE);
     const fd = this.#acquire(lockFile) ?? (this.#removeIfStale(lockFile) ? this.#acquire(lockFile) : undefined);
     if (fd === undefined) {
-      throw new ReleaseStoreError(`another publish holds ${lockFile}; wait for it, or delete the file if no publish is running`);
+      throw new ReleaseLockedError(`another publish holds ${lockFile}; wait for it, or delete the file if no publish is running`);
     }
     try {
       fs.writeSync(fd, `${process.pid}\n`);

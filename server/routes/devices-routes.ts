@@ -1,4 +1,5 @@
-// The fleet as administrators see it: GET /v1/devices (each badge with its firmware state) and
+// The fleet as administrators see it: GET /v1/devices (each badge with its firmware state; filters,
+// sorts, pages and counts per state for the fleet page) and
 // GET /v1/device_taps (card taps as received, the rejected ones kept for review).
 import { Router } from "express";
 import type { Kysely } from "kysely";
@@ -8,13 +9,17 @@ import { notFound } from "../errors.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
 import { idParam, limitParam, parseInput, pathId } from "../http/validation.ts";
 import type { ReleaseStore } from "../releases/release-store.ts";
-import { fleetViewOf } from "../services/devices.ts";
-import { findDevice, listDevices } from "../store/devices-store.ts";
+import { FIRMWARE_STATES, FLEET_SORTS, fleetViewOf, listFleet } from "../services/devices.ts";
+import { findDevice } from "../store/devices-store.ts";
 import type { Database, DeviceTapsTable } from "../store/schema.ts";
 import { listTaps } from "../store/taps-store.ts";
 
 const devicesQuery = z.strictObject({
+  state: z.enum(FIRMWARE_STATES).optional(),
   room: z.string().min(1).max(100).optional(),
+  model: z.string().min(1).max(100).optional(),
+  sort: z.enum(FLEET_SORTS).optional().default("created"),
+  order: z.enum(["asc", "desc"]).optional().default("asc"),
   limit: limitParam,
   cursor: z.string().min(1).max(2000).optional(),
 });
@@ -50,16 +55,21 @@ export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; 
     const { limit, cursor, ...filterParams } = parseInput(devicesQuery, req.query, "query");
     const filters = filterFingerprint("devices", filterParams);
     const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
-    const rows = await listDevices(deps.db, {
+    const fleet = await listFleet(deps.db, deps.releases.read(), new Date(), {
       livemode: principalOf(req).livemode,
-      room: filterParams.room,
+      ...filterParams,
       after: position?.after,
-      limit: limit + 1,
+      limit,
     });
-    const manifest = deps.releases.read();
-    const now = new Date();
-    const page = toPage(rows, limit, { codec: deps.codec, filters, keyOf: (row) => [row.created_at, row.id], view: (row) => row });
-    res.json({ ...page, data: await Promise.all(page.data.map((row) => fleetViewOf(deps.db, row, manifest, now))) });
+    const last = fleet.keys.at(-1);
+    res.json({
+      object: "list",
+      has_more: fleet.has_more,
+      next_cursor: fleet.has_more && last ? deps.codec.encode({ after: last, filters }) : null,
+      total_count: fleet.total_count,
+      state_counts: fleet.state_counts,
+      data: fleet.devices,
+    });
   });
 
   router.get("/devices/:id", requireScope("devices:read"), async (req, res) => {

@@ -17,6 +17,8 @@ export const SCOPES = {
   "pipelines:write": "create pipelines and update stages through the tool endpoint (includes pipelines:read)",
   "events:read": "list and retrieve events (GET /v1/events), to catch up after a webhook outage",
   "webhooks:write": "manage webhook endpoints, roll their secrets, send test deliveries and resends, read delivery logs (includes events:read)",
+  "releases:read": "list firmware releases with their canary badge and its last report",
+  "releases:write": "promote a canary release to the fleet (includes releases:read)",
 } as const;
 
 export type Scope = keyof typeof SCOPES;
@@ -26,6 +28,7 @@ const IMPLIED: Partial<Record<Scope, Scope[]>> = {
   "sessions:write": ["attendance:read"],
   "pipelines:write": ["pipelines:read"],
   "webhooks:write": ["events:read"],
+  "releases:write": ["releases:read"],
 };
 
 export function isScope(value: string): value is Scope {

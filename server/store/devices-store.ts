@@ -18,18 +18,13 @@ export async function findDeviceByTokenLookup(db: Db, lookup: string): Promise<D
 
 export async function listDevices(
   db: Db,
-  filter: { livemode?: Livemode; room?: string; after?: [string, string]; limit?: number } = {},
+  filter: { livemode?: Livemode; room?: string; model?: string } = {},
 ): Promise<DeviceRow[]> {
   let query = db.selectFrom("devices").selectAll();
   if (filter.livemode !== undefined) query = query.where("livemode", "=", filter.livemode);
   if (filter.room !== undefined) query = query.where("room", "=", filter.room);
-  if (filter.after !== undefined) {
-    const after = filter.after;
-    query = query.where((eb) => eb(eb.refTuple("created_at", "id"), ">", eb.tuple(after[0], after[1])));
-  }
-  query = query.orderBy("created_at").orderBy("id");
-  if (filter.limit !== undefined) query = query.limit(filter.limit);
-  return query.execute();
+  if (filter.model !== undefined) query = query.where("model", "=", filter.model);
+  return query.orderBy("created_at").orderBy("id").execute();
 }
 
 export async function revokeDevice(db: Db, id: string, now: string): Promise<DeviceRow | undefined> {

@@ -1,4 +1,5 @@
-import type { Db, FetchOutcome, OtaFetchesTable, OtaReportsTable } from "./schema.ts";
+import type { Kysely } from "kysely";
+import type { Db, FetchOutcome, Livemode, OtaFetchesTable, OtaReportsTable } from "./schema.ts";
 
 export async function insertFetch(db: Db, row: OtaFetchesTable): Promise<void> {
   await db.insertInto("ota_fetches").values(row).execute();
@@ -60,4 +61,33 @@ export async function latestOkReport(db: Db, deviceId: string, version: string, 
     .orderBy("received_at", "desc")
     .limit(1)
     .executeTakeFirst();
+}
+
+/** The latest row of every badge of one mode that has one, by the table's time column (one query for a whole fleet). */
+async function latestPerDevice(db: Db, livemode: Livemode, table: "ota_fetches" | "ota_reports", time: "started_at" | "received_at") {
+  // Kysely cannot type a query over either table; both have `id`, `device_id` and the time column.
+  const anyDb = db as unknown as Kysely<Record<string, { id: string; device_id: string; livemode: number; started_at: string; received_at: string }>>;
+  return anyDb
+    .selectFrom(`${table} as t`)
+    .innerJoin("devices as d", "d.id", "t.device_id")
+    .selectAll("t")
+    .where("d.livemode", "=", livemode)
+    .where("t.id", "=", (eb) =>
+      eb
+        .selectFrom(`${table} as u`)
+        .select("u.id")
+        .whereRef("u.device_id", "=", "t.device_id")
+        .orderBy(`u.${time}`, "desc")
+        .orderBy("u.id", "desc")
+        .limit(1),
+    )
+    .execute();
+}
+
+export async function latestFetchPerDevice(db: Db, livemode: Livemode): Promise<OtaFetchesTable[]> {
+  return (await latestPerDevice(db, livemode, "ota_fetches", "started_at")) as unknown as OtaFetchesTable[];
+}
+
+export async function latestReportPerDevice(db: Db, livemode: Livemode): Promise<OtaReportsTable[]> {
+  return (await latestPerDevice(db, livemode, "ota_reports", "received_at")) as unknown as OtaReportsTable[];
 }

@@ -93,10 +93,11 @@ describe("hil run on the simulated badge over a socat pty pair", () => {
     const rig = join(work, "rig.json");
     writeFileSync(rig, JSON.stringify({ name: "sim-rig", port: hostPath, power: null, server: { url: `${server.url}/`, deviceToken: token, dataDir } }));
     const junit = join(work, "report.xml");
+    const html = join(work, "report.html");
     const files = ["happy-path.json", "crash-on-boot.json", "refusal-no-release.json", "revoked-token.json"].map(scenario);
 
     // cwd: the transcripts go to ./var/transcripts
-    const result = await run(["hil", "run", ...files, "--rig", rig, "--junit", junit, "--json"], { cwd: work, timeoutMs: 90_000 });
+    const result = await run(["hil", "run", ...files, "--rig", rig, "--junit", junit, "--html", html, "--json"], { cwd: work, timeoutMs: 90_000 });
     expect(result.code, result.stderr).toBe(0);
     const body = JSON.parse(result.stdout);
     expect(body).toMatchObject({ object: "hil_run", scenarios: 4, passed: 1, failed: 0, errors: 0, skipped: 3 });
@@ -114,6 +115,13 @@ describe("hil run on the simulated badge over a socat pty pair", () => {
     const xml = readFileSync(junit, "utf8");
     expect(xml.match(/<skipped/g)).toHaveLength(3);
     expect(xml).toContain("badgebench scenarios on rig sim-rig");
+
+    // The HTML report draws the serial badge's run from its console events as it does a virtual one's.
+    const page = readFileSync(html, "utf8");
+    expect(page).toContain("<title>PASS: badgebench scenarios on rig sim-rig</title>");
+    const charts = JSON.parse(/<script type="application\/json" id="chart-data">(.*?)<\/script>/s.exec(page)![1]!);
+    expect(charts[0].download.at(-2)).toEqual([expect.any(Number), 256 * 1024]);
+    expect(charts[0].download.at(-1)).toEqual([expect.any(Number), null]);
 
     // The badge went over the serial line: the session's transcript starts with the reboot it was sent.
     const transcripts = readdirSync(join(work, "var/transcripts"));

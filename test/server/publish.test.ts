@@ -1020,6 +1020,12 @@ describe("canary, then fleet", () => {
       devWifiPassword: DEV_WIFI_PASSWORD,
     });
     expect(codesOf(await refusalOf(promoteRelease(db(), releases, "1.6.0")))).toEqual(["canary_not_confirmed"]);
+    // An override nobody explained is refused, and changes nothing.
+    const before = snapshot(h.dataDir);
+    const unexplained = await run(["release", "promote", "1.6.0", "--force", "--data", h.dataDir, "--json"], { env: envWithout() });
+    expect(unexplained.code).toBe(1);
+    expect(singleJson<CliRefusal>(unexplained).error.reasons?.map((r) => r.code)).toEqual(["reason_missing"]);
+    expect(snapshot(h.dataDir)).toEqual(before);
 
     const reason = "canary badge lost; verified on the bench";
     const result = await run(["release", "promote", "1.6.0", "--force", "--reason", reason, "--data", h.dataDir, "--json"], { env: envWithout() });
