@@ -55,6 +55,8 @@ static void log_line(bb_badge *b, const char *tag, const char *format, ...) {
 
 static const char *slot_name(bb_slot slot) { return slot == BB_OTA_0 ? "ota_0" : "ota_1"; }
 
+static void serve_console(bb_badge *b);
+
 /* ---- NVS helpers ---- */
 
 static bool nvs_get(bb_badge *b, const char *key, char *out, size_t cap) {
@@ -392,7 +394,10 @@ static bb_next update_failed(bb_badge *b) {
     snprintf(report, sizeof report, "err|%s|%s", b->offer.version, b->notice);
     store_report(b, report);
     contact_failed(b, -1);
-    b->hw->delay_ms(b->hw->ctx, BB_FAILURE_SCREEN_MS);
+    for (uint64_t shown = b->hw->uptime_ms(b->hw->ctx); b->hw->uptime_ms(b->hw->ctx) - shown < BB_FAILURE_SCREEN_MS;) {
+        serve_console(b);
+        b->hw->delay_ms(b->hw->ctx, 50);
+    }
     return restart(b);
 }
 
@@ -474,6 +479,7 @@ static bb_next download(bb_badge *b) {
     unsigned long long percent = 0;
     show_progress(b, 0);
     for (;;) {
+        serve_console(b);
         long n = b->hw->http_read(b->hw->ctx, b->chunk + buffered, sizeof b->chunk - buffered);
         if (n > 0 && b->received + (unsigned long long)n > offer->size) {
             b->hw->http_close(b->hw->ctx);
@@ -654,13 +660,41 @@ static void print_status(bb_badge *b) {
 }
 
 static void refuse(bb_badge *b, const char *line, const char *reason) {
+    /* a long line is echoed shortened, so the event stays within one printed line */
+    char shown[68];
+    snprintf(shown, sizeof shown, strlen(line) > 60 ? "%.60s..." : "%s", line);
     bb_event_begin(&b->event, "refused");
-    bb_event_field(&b->event, "command", line);
+    bb_event_field(&b->event, "command", shown);
     bb_event_field(&b->event, "reason", reason);
     emit(b);
 }
 
 static bool is_awake(bb_badge *b) { return strncmp(b->state, "awake.", 6) == 0; }
+
+/*
+ * The console while the badge is busy (a download, a failure on screen): as a console task
+ * would, it answers status and queues a card tap at once; anything else waits for nothing and
+ * is refused, since the wearer's menu is not open either.
+ */
+static void serve_console(bb_badge *b) {
+    char line[BB_CONSOLE_LINE_MAX + 1];
+    while (b->hw->console_poll(b->hw->ctx, line, sizeof line)) {
+        bb_command command;
+        char why[160];
+        bb_parse parsed = bb_command_parse(line, &command, why, sizeof why);
+        if (parsed == BB_PARSE_EMPTY) continue;
+        if (parsed == BB_PARSE_REFUSED) {
+            refuse(b, line, why);
+        } else if (command.name == BB_CMD_STATUS) {
+            print_status(b);
+        } else if (command.name == BB_CMD_TAP) {
+            queue_tap(b, command.uid);
+        } else {
+            snprintf(why, sizeof why, "busy: the badge is %s", b->state);
+            refuse(b, line, why);
+        }
+    }
+}
 
 bb_next bb_badge_command(bb_badge *b, const char *line) {
     bb_command command;

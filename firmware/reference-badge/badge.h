@@ -162,6 +162,8 @@ typedef struct {
     void *ctx;
     /* the console UART: text as is, line ends included */
     void (*console_write)(void *ctx, const char *text, size_t len);
+    /* a whole command line if one has come (without waiting), its line end removed */
+    bool (*console_poll)(void *ctx, char *line, size_t cap);
     /* ms since power-on (esp_timer_get_time / 1000) and the RTC that keeps time across resets */
     uint64_t (*uptime_ms)(void *ctx);
     uint64_t (*rtc_ms)(void *ctx);

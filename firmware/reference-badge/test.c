@@ -55,6 +55,8 @@ static struct {
     size_t read_at;
     char last_request[BB_REQUEST_MAX]; /* the last POST body */
     char last_path[BB_PATH_MAX + 1];
+    const char *typed[4]; /* console lines the badge hears while it is busy */
+    int typed_count, typed_next;
 } fake;
 
 static void console_write(void *ctx, const char *text, size_t len) {
@@ -65,6 +67,12 @@ static void console_write(void *ctx, const char *text, size_t len) {
         fake.console_len += len;
         fake.console_text[fake.console_len] = '\0';
     }
+}
+static bool console_poll(void *ctx, char *line, size_t cap) {
+    (void)ctx;
+    if (fake.typed_next == fake.typed_count) return false;
+    snprintf(line, cap, "%s", fake.typed[fake.typed_next++]);
+    return true;
 }
 static uint64_t uptime_ms(void *ctx) { (void)ctx; return fake.now_ms; }
 static uint64_t rtc_ms(void *ctx) { (void)ctx; return fake.now_ms; }
@@ -160,7 +168,7 @@ static long http_read(void *ctx, uint8_t *buf, size_t cap) {
 static void http_close(void *ctx) { (void)ctx; }
 
 static const bb_platform platform = {
-    .ctx = NULL, .console_write = console_write, .uptime_ms = uptime_ms, .rtc_ms = rtc_ms, .delay_ms = delay_ms, .power = power,
+    .ctx = NULL, .console_write = console_write, .console_poll = console_poll, .uptime_ms = uptime_ms, .rtc_ms = rtc_ms, .delay_ms = delay_ms, .power = power,
     .nvs_get = nvs_get, .nvs_set = nvs_set, .nvs_erase = nvs_erase, .ota_begin = ota_begin, .ota_write = ota_write,
     .ota_set_boot = ota_set_boot, .http_open = http_open, .http_read = http_read, .http_close = http_close, .stall_timeout_ms = 5000,
 };
@@ -383,7 +391,14 @@ static void test_happy_update(void) {
     CHECK(printed("@bb boot slot=ota_0 version=1.4.0 cause=power-on") && printed("@bb state path=online.syncing"));
     script_text(200, offer_text);
     script(200, IMAGE_BYTES, (const char *)image, IMAGE_BYTES, BB_HTTP_END);
+    /* typed while it downloads: answered (status), queued (tap), refused (check) */
+    fake.typed[0] = "status";
+    fake.typed[1] = "tap 04A1B2C3D9";
+    fake.typed[2] = "check";
+    fake.typed_count = 3;
     CHECK(bb_badge_command(&badge, "check") == BB_NEXT_RESTART);
+    CHECK(printed("@bb status version=1.4.0 slot=ota_0 state=online.downloading") && printed("@bb tap.queued n=1 uid=04A1B2C3D9"));
+    CHECK(printed("@bb refused command=check reason=\"busy: the badge is online.downloading\""));
     CHECK(strstr(fake.last_request, "sv=1.4.0\n") && strstr(fake.last_request, "bat=3.950\nchg=1\n"));
     CHECK(strcmp(fake.last_path, "/api/badge/ota/download?v=1.5.0") == 0);
     CHECK(fake.writes_to[BB_OTA_0] == 0 && fake.writes_to[BB_OTA_1] > 0 && fake.writes_after_switch == 0);
