@@ -8,11 +8,12 @@
 // data directory (`server.dataDir`), which is how the run reads the device and the releases.
 // Each scenario is then prepared on what is there, as `sim run --server` does: a scenario is
 // SKIPPED, with the reason, when the server offers the badge another release than the scenario
-// names, when the scenario needs a revoked token (that would unprovision the rig's badge), or
-// when the server no longer accepts the rig's token, or when it unplugs USB power (a rig's relay
-// is all the badge's power; with one, `power.plug` switches it on). The badge is restarted (`reboot`) at the
-// start of each scenario; a badge not running the scenario's starting version is an error that
-// says to flash it. Battery and USB power cannot be set on a real badge and are taken as they are.
+// names, when the scenario needs a revoked token (that would unprovision the rig's badge), when
+// it unplugs USB power (a rig's relay is all the badge's power; `power.plug` switches it on),
+// when it plugs in on a rig without a relay, or when the server no longer accepts the rig's
+// token. The badge is restarted (`reboot`) at the start of each scenario; a badge not running
+// the scenario's starting version is an error that says to flash it. Battery and USB power
+// cannot be set on a real badge and are taken as they are.
 import fs from "node:fs";
 import path from "node:path";
 import type { BadgeTargetFactory } from "../badge-sim/badge-target.ts";

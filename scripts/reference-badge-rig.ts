@@ -114,10 +114,12 @@ export class ProcessRelay {
     if (this.#child) return;
     const child = this.#start();
     this.#child = child;
-    this.#exited = new Promise((resolve) => child.once("exit", () => resolve()));
-    child.once("exit", () => {
+    this.#exited = new Promise((resolve) => child.once("close", () => resolve()));
+    child.once("close", () => {
       if (this.#child === child) this.#child = null;
     });
+    // a badge that cannot start stays off, as a relay whose load is missing
+    child.once("error", (error) => console.error(`reference-badge-rig: the badge did not start: ${error.message}`));
   }
 
   /** Switches off: SIGKILL, and the process is gone before this resolves. */
