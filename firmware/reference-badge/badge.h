@@ -23,7 +23,7 @@
 #define BB_CHECKPOINT_BYTES 65536u      /* install progress is kept in NVS this often */
 #define BB_WRITE_BYTES 1024u            /* one esp_ota_write, as ESP-IDF's OTA example */
 #define BB_ANSWER_MAX 4096u             /* a check or sync answer larger than this is refused */
-#define BB_REQUEST_MAX 2048u            /* the body of one check or sync request */
+#define BB_REQUEST_MAX 8192u            /* one check or sync request: 100 taps and a report fit */
 #define BB_LINE_MAX 32u                 /* response lines kept from one answer */
 #define BB_VERSION_MAX 31u              /* esp_app_desc_t.version less its NUL */
 #define BB_DISPLAY_MAX 64u              /* the fw= display string */

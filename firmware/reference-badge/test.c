@@ -526,6 +526,15 @@ static void test_token_and_taps(void) {
     bb_badge_command(&badge, "tap 04A1B2C3D2");
     CHECK(strstr(nvs("tap.0"), "3|04A1B2C3D2|17950000"));
 
+    /* a full queue (100 taps of the longest UIDs) and a report all go in one sync */
+    for (int i = 0; i < 99; i++) bb_badge_command(&badge, "tap 0123456789ABCDEF0123");
+    CHECK(bb_badge_command(&badge, "tap 04A1B2C3D3") == BB_NEXT_RUN && strstr(badge.notice, "not saved: 100 taps wait for a sync"));
+    nvs_set(NULL, "ota.report", "err|1.5.0|download cut at 51% (983 of 1920 KiB)");
+    script_text(200, "V1\nS 900\nT 1795000000\n.\n");
+    bb_badge_command(&badge, "sync");
+    CHECK(strstr(fake.last_request, "ota=err|1.5.0|download cut at 51%") && strstr(fake.last_request, "tap=102|0123456789ABCDEF0123|"));
+    CHECK(strcmp(badge.state, "awake.idle") == 0 && strstr(badge.screen, "Sync failed") == NULL);
+
     script_text(401, "V1\nS 0\nX unauthorized\n.\n");
     bb_badge_command(&badge, "check");
     CHECK(nvs("token") == NULL && printed("@bb token.cleared request=check") && strcmp(badge.state, "unprovisioned") == 0);
