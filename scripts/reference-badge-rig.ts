@@ -207,10 +207,11 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
   try {
     const proxyPort = await freePort();
     const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
-    let bench: Bench | undefined = groups[0]?.bench;
+    // the bench supply the relay powers the badge from: set per group
+    const supply = { mv: 3950, power: "charging" };
     const linkKibS = String(options.linkKibS ?? 64);
     relay = await ProcessRelay.connect(brokerUrl, RELAY_TOPIC, () =>
-      spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(bench!.mv), "--power", bench!.power, "--link-kib-s", linkKibS], {
+      spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(supply.mv), "--power", supply.power, "--link-kib-s", linkKibS], {
         stdio: ["ignore", badgeLog, badgeLog],
       }),
     );
@@ -218,7 +219,8 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
       const files = group.scenarios.map((scenario) => scenario.file);
       options.onGroup?.(index, groups.length, group.bench, files);
       await relay.off();
-      bench = group.bench;
+      const { bench } = group;
+      Object.assign(supply, { mv: bench.mv, power: bench.power });
       // the server as the group's scenarios say: the fleet's history, then the release
       await server?.close();
       server = await startSimServer();
