@@ -366,7 +366,8 @@ static bool http_open(void *ctx, const char *method, const char *path, const cha
         }
         have += (size_t)n;
         host.head[have] = '\0';
-        end = strstr(host.head, "\r\n\r\n");
+        /* over the bytes, not as a string: a NUL in a garbled head must not hide its end */
+        end = memmem(host.head, have, "\r\n\r\n", 4);
     }
     if (sscanf(host.head, "HTTP/1.%*1[01] %3d", status) != 1) {
         snprintf(why, why_cap, "not an HTTP response");
