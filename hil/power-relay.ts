@@ -167,7 +167,7 @@ function withTimeout<T>(work: Promise<T>, ms: number, error: Error): Promise<T> 
 
 type PowerFault = Scenario["faults"]["power"][number];
 
-/** When to cut a real badge's power: once the console reports `byte` downloaded, or at its switch event. */
+/** When to cut a real badge's power: once the console reports `byte` downloaded, or as it enters the partition switch. */
 export type PowerCutPlan = { cutAt: "progress"; byte: number } | { cutAt: "switch" };
 
 /**

@@ -12,6 +12,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { isRestingState, type BadgeTarget, type PowerFault } from "../badge-sim/badge-target.ts";
 import { batteryText, type Observation, type ObservationKind } from "../badge-sim/virtual-badge.ts";
 import { formatConsoleCommand, type ConsoleCommand, type ConsoleEvent } from "../firmware/index.ts";
+import { describeEvent } from "./model-oracle.ts";
 import { powerCutPlan, type PowerCutPlan, type PowerRelay } from "./power-relay.ts";
 import type { SerialConsole } from "./serial-console.ts";
 
@@ -36,6 +37,12 @@ export interface SerialTargetOptions {
   transcriptPath?: string;
 }
 
+/** The machine state whose switchBootSlot actor writes otadata: a power cut "during the switch" aims here. */
+const SWITCHING_STATE = "online.switching";
+
+/** What the wearer does on the badge (Tools menu, a card): commands the model may simply ignore. */
+const WEARER_COMMANDS = new Set(["check", "sync", "tap"]);
+
 /** The target could not do what a scenario asks (no relay for a power fault, the badge refused a command). */
 export class SerialTargetError extends Error {
   override name = "SerialTargetError";
@@ -53,6 +60,10 @@ export class SerialTarget implements BadgeTarget {
   #screens: string[] = [];
   #cuts: PowerFault[] = [];
   #plan: PowerCutPlan | null = null;
+  /** power cuts the relay made so far */
+  #cutsMade = 0;
+  /** the relay cut the power and the badge has not booted since: what it prints now it printed before */
+  #printedBeforeCut = false;
   #deviation: { previous: string; observed: string; allowed: string[]; message: string } | null = null;
 
   constructor(serial: SerialConsole, options: SerialTargetOptions) {
@@ -67,8 +78,19 @@ export class SerialTarget implements BadgeTarget {
   checkForUpdate = () => this.#send({ name: "check" });
   syncNow = () => this.#send({ name: "sync" });
   tapCard = (uid: string) => this.#send({ name: "tap", uid });
-  plugIn = () => this.#send({ name: "plug" });
   unplug = () => this.#send({ name: "unplug" });
+
+  /**
+   * On a rig the relay is the badge's external power, so plugging in is switching it on (nothing
+   * to do when it is on); a badge that was off then boots before the next step.
+   */
+  async plugIn(): Promise<void> {
+    const relay = this.#options.relay;
+    if (this.simulated || !relay) return this.#send({ name: "plug" });
+    this.#note("input", "plug in (relay on)");
+    await relay.on();
+    if (this.#state === "off") await this.#nextEvent(this.#options.stepTimeoutMs ?? 10_000, "a boot event after the relay powered the badge", (event) => event.kind === "boot");
+  }
 
   async wait(seconds: number): Promise<void> {
     if (this.simulated) return this.#send({ name: "wait", seconds });
@@ -86,7 +108,7 @@ export class SerialTarget implements BadgeTarget {
     if (this.simulated) {
       // The simulated badge runs on its own clock: ask it to run to rest, then ask where it is.
       await this.#send({ name: "rest", powered: options.poweredOnly === true });
-      const status = await this.#status();
+      const status = (await this.#status())!;
       if (!isRestingState(status.state, options)) throw new SerialTargetError(`the simulated badge said it rested, then reported state ${status.state}`);
       return;
     }
@@ -97,7 +119,8 @@ export class SerialTarget implements BadgeTarget {
         if (this.#state === "off" || this.#state === "asleep") return;
         await sleep(this.#options.settleMs ?? 300);
         const status = await this.#status();
-        if (isRestingState(status.state, options)) return;
+        if (isRestingState(status?.state ?? this.#state, options)) return;
+        if (status === null) continue; // the relay cut the power while the badge was asked
       }
       const left = limit - performance.now();
       if (left <= 0) throw this.#stuck(options, this.#options.stepTimeoutMs ?? 300_000);
@@ -133,12 +156,16 @@ export class SerialTarget implements BadgeTarget {
     await this.#nextEvent(timeoutMs, `a boot event after reboot (is the badge asleep? press its button)`, (event) => event.kind === "boot");
   }
 
-  /** Asks for `status` and reads events up to its answer. */
-  async #status(): Promise<Extract<ConsoleEvent, { kind: "status" }>> {
+  /**
+   * Asks for `status` and reads events up to its answer; null when the rig's relay cut the power
+   * first (a real badge loses a question the power cut reached before its answer).
+   */
+  async #status(): Promise<Extract<ConsoleEvent, { kind: "status" }> | null> {
     await this.#send({ name: "status" });
-    const timeout = this.#options.stepTimeoutMs ?? (this.simulated ? 10_000 : 10_000);
-    const event = await this.#nextEvent(timeout, "the answer to status", (e) => e.kind === "status");
-    return event as Extract<ConsoleEvent, { kind: "status" }>;
+    const timeout = this.#options.stepTimeoutMs ?? 10_000;
+    const cuts = this.#cutsMade;
+    const event = await this.#nextEvent(timeout, "the answer to status", (e) => e.kind === "status" || this.#cutsMade !== cuts);
+    return event.kind === "status" ? event : null;
   }
 
   async #send(command: ConsoleCommand): Promise<void> {
@@ -161,15 +188,27 @@ export class SerialTarget implements BadgeTarget {
   }
 
   async #take(event: ConsoleEvent): Promise<void> {
-    const deviation = this.#options.oracle?.observe(event) ?? null;
-    if (deviation && !this.#deviation) this.#deviation = deviation;
+    // Lines still in flight when the relay cut the power were printed before the cut: the model
+    // hears them first, and the power loss only when the badge boots again.
+    if (this.#printedBeforeCut && event.kind === "boot") {
+      this.#printedBeforeCut = false;
+      this.#observe({ kind: "state", path: "off" });
+    }
+    this.#observe(event);
+    if (this.#printedBeforeCut) {
+      // shown and passed through before the cut: in the histories, but the badge is off now
+      if (event.kind === "screen") this.#screens.push(event.text);
+      if (event.kind === "state") this.#states.splice(this.#states.lastIndexOf("off"), 0, event.path);
+      this.#note("power", `printed before the power cut: ${describeEvent(event)}`);
+      return;
+    }
     switch (event.kind) {
       case "boot":
         this.#version = event.version;
         this.#note("boot", `${event.slot} ${event.version} (${event.cause})`);
         return;
       case "state":
-        this.#enter(event.path);
+        await this.#enter(event.path);
         return;
       case "screen":
         this.#screens.push(event.text);
@@ -178,7 +217,7 @@ export class SerialTarget implements BadgeTarget {
       case "status":
         this.#version = event.version;
         this.#provisioned = event.token;
-        if (event.state !== this.#state) this.#enter(event.state);
+        if (event.state !== this.#state) await this.#enter(event.state);
         this.#note("answer", `status: ${event.version} ${event.slot} ${event.state} ${event.mv} mV ${event.power} token=${event.token ? "yes" : "no"}`);
         this.#note("battery", batteryText({ volts: event.mv / 1000, externalPower: event.power !== "battery", charging: event.power === "charging" }));
         return;
@@ -205,21 +244,29 @@ export class SerialTarget implements BadgeTarget {
         return;
       case "switch":
         this.#note("flash.write", `otadata: boot ${event.slot}`);
-        await this.#maybeCut({ switch: true });
         return;
       case "refused":
         this.#note("answer", `refused ${event.command}: ${event.reason}`);
+        // A wearer's press that the badge cannot act on now (unprovisioned, bricked, busy) does
+        // nothing in the model either (it acts on them awake); refusing it is the console contract's answer.
+        if (WEARER_COMMANDS.has(event.command.split(" ")[0]!) && !this.#state.startsWith("awake.")) return;
         throw new SerialTargetError(`the badge refused ${JSON.stringify(event.command)}: ${event.reason}`);
     }
   }
 
-  #enter(path: string): void {
+  async #enter(path: string): Promise<void> {
     this.#state = path;
     this.#states.push(path);
     this.#note("state", path);
+    // The `switch` line comes once otadata is written, too late to cut the power during it.
+    if (path === SWITCHING_STATE) await this.#maybeCut({ switch: true });
   }
 
-  /** A real badge's power fault: the relay cuts at the planned progress byte (or the switch), then powers it back on. */
+  /**
+   * A real badge's power fault: the relay cuts at the planned progress byte, or as the badge
+   * enters the partition switch (its otadata erase and write take tens of ms on flash), then
+   * powers it back on.
+   */
   async #maybeCut(at: { progress?: { bytes: number; total: number }; switch?: boolean }): Promise<void> {
     const relay = this.#options.relay;
     if (!relay || this.simulated) return;
@@ -233,11 +280,17 @@ export class SerialTarget implements BadgeTarget {
     this.#plan = null;
     this.#note("power", `relay off (${plan.cutAt === "switch" ? "at the switch" : `at byte ${plan.byte}`})`);
     await relay.off();
-    this.#enter("off");
-    this.#options.oracle?.observe({ kind: "state", path: "off" });
+    this.#cutsMade++;
+    await this.#enter("off");
+    this.#printedBeforeCut = true;
     await sleep(this.#options.powerOffMs ?? 1000);
     await relay.on();
     this.#note("power", "relay on");
+  }
+
+  #observe(event: ConsoleEvent): void {
+    const deviation = this.#options.oracle?.observe(event) ?? null;
+    if (deviation && !this.#deviation) this.#deviation = deviation;
   }
 
   #stuck(options: { poweredOnly?: boolean }, ms: number): SerialTargetError {

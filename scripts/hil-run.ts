@@ -8,10 +8,12 @@
 // data directory (`server.dataDir`), which is how the run reads the device and the releases.
 // Each scenario is then prepared on what is there, as `sim run --server` does: a scenario is
 // SKIPPED, with the reason, when the server offers the badge another release than the scenario
-// names, when the scenario needs a revoked token (that would unprovision the rig's badge), or
-// when the server no longer accepts the rig's token. The badge is restarted (`reboot`) at the
-// start of each scenario; a badge not running the scenario's starting version is an error that
-// says to flash it. Battery and USB power cannot be set on a real badge and are taken as they are.
+// names, when the scenario needs a revoked token (that would unprovision the rig's badge), when
+// it unplugs USB power (a rig's relay is all the badge's power; `power.plug` switches it on),
+// when it plugs in on a rig without a relay, or when the server no longer accepts the rig's
+// token. The badge is restarted (`reboot`) at the start of each scenario; a badge not running
+// the scenario's starting version is an error that says to flash it. Battery and USB power
+// cannot be set on a real badge and are taken as they are.
 import fs from "node:fs";
 import path from "node:path";
 import type { BadgeTargetFactory } from "../badge-sim/badge-target.ts";
@@ -81,6 +83,14 @@ export function prepareOnRig(rig: Rig, server: SimServer): PrepareScenario {
   return async (scenario) => {
     if (scenario.badge.token === "revoked") {
       return { skip: "the scenario revokes the badge's device token, which would leave the rig's badge unprovisioned; it runs on the simulated badge only" };
+    }
+    // The rig's relay is the badge's only power: switching it on is plugging in, but nothing
+    // leaves the badge running on its battery alone.
+    if (scenario.steps.some((step) => step.do === "power.unplug")) {
+      return { skip: "the scenario unplugs USB power and runs on the battery alone, which a rig cannot do: its relay cuts all of the badge's power; it runs on the simulated badge only" };
+    }
+    if (!rig.power && scenario.steps.some((step) => step.do === "power.plug")) {
+      return { skip: `the scenario plugs in USB power, and ${rig.file} has no power relay (\`power\`)` };
     }
     const store = await openStore({ dataDir: server.dataDir });
     let deviceId: string | undefined;

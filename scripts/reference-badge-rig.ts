@@ -1,0 +1,321 @@
+// Runs the rig against the reference badge (issue 15): `badgebench hil run` plays scenario files
+// on the C badge of firmware/reference-badge exactly as on a real one. The bench is built here:
+//
+// - the badge: `make` builds the host program; it runs on the device end of a socat pty pair,
+//   and `hil run`'s rig file names the other end as the badge's port;
+// - its power: a Tasmota-style relay on MQTT (`cmnd/<topic>/POWER`, answered on
+//   `stat/<topic>/POWER`) whose switch starts the badge process or kills it with SIGKILL, so a
+//   power cut goes through hil/power-relay.ts and the broker as on a real bench;
+// - its bench supply: the volts and USB power the scenario starts with (`--mv`, `--power`);
+// - the server: one in this process (scripts/sim-server.ts) per group, publishing what the
+//   group's scenarios say (`server.published`, `server.release`);
+// - the network: the badge's NVS points at the fault proxy `hil run` starts for every scenario.
+//
+// As QA would on a bench, scenarios are played in groups that start the same way (badge version,
+// supply, releases): before each group the server is set up, the badge is flashed with the
+// starting version and provisioned as a new device on it (nvs erased), the supply set, and the
+// relay switched on; one `hil run` then plays the group. A group ends after a scenario that
+// leaves the badge on another version (the next needs a flash).
+//
+// Usage: npx tsx scripts/reference-badge-rig.ts [SCENARIOS...] [--json] [--link-kib-s 64] [--work DIR]
+// (default: every file in fixtures/scenarios; --work keeps the flash, NVS, badge log and
+// transcripts in DIR). Exit 1 when a scenario failed or errored.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import mqtt, { type MqttClient } from "mqtt";
+import { loadScenario, type Scenario } from "../badge-sim/scenario.ts";
+import { buildAppImage } from "../firmware/index.ts";
+import { openPtyPair } from "../hil/pty-pair.ts";
+import { CLI, ROOT } from "./bench-common.ts";
+import { scenarioFiles } from "./sim-run.ts";
+import { startSimServer, type SimServer } from "./sim-server.ts";
+
+const BADGE_DIR = path.join(ROOT, "firmware/reference-badge");
+const BADGE = path.join(BADGE_DIR, "build/reference-badge");
+const RELAY_TOPIC = "reference-badge";
+/** the badge's starting image; the fleet's older releases are only there to be known */
+const IMAGE_BYTES = 256 * 1024;
+const HISTORY_IMAGE_BYTES = 64 * 1024;
+
+/** What the badge is flashed with and powered from when a scenario starts, and what its server publishes. */
+export interface Bench {
+  version: string;
+  mv: number;
+  power: "battery" | "external" | "charging";
+  published: string[];
+  release: Scenario["server"]["release"];
+}
+
+export function benchFor(scenario: Scenario): Bench {
+  const { badge, server } = scenario;
+  const power = !badge.externalPower ? "battery" : badge.battery.charging ? "charging" : "external";
+  return { version: badge.version, mv: Math.round(badge.battery.volts * 1000), power, published: server.published, release: server.release };
+}
+
+const sameBench = (a: Bench, b: Bench) => JSON.stringify(a) === JSON.stringify(b);
+
+/** Consecutive scenarios with the same bench, cut after one that ends on another version. */
+export function groupScenarios(scenarios: Scenario[]): Array<{ bench: Bench; scenarios: Scenario[] }> {
+  const groups: Array<{ bench: Bench; scenarios: Scenario[]; closed: boolean }> = [];
+  for (const scenario of scenarios) {
+    const bench = benchFor(scenario);
+    const last = groups.at(-1);
+    if (last && !last.closed && sameBench(last.bench, bench)) last.scenarios.push(scenario);
+    else groups.push({ bench, scenarios: [scenario], closed: false });
+    const ends = scenario.expect.runningVersion;
+    if (ends !== undefined && ends !== scenario.badge.version) groups.at(-1)!.closed = true;
+  }
+  return groups.map(({ bench, scenarios: group }) => ({ bench, scenarios: group }));
+}
+
+/**
+ * The relay as Tasmota speaks it, switching a process: ON starts it (if it is not running), OFF
+ * kills it with SIGKILL (a power cut), an empty command asks; every answer is a non-retained
+ * `stat/<topic>/POWER`. Commands are handled one at a time, in the order they came.
+ */
+export class ProcessRelay {
+  readonly topic: string;
+  /** switches that MQTT commands made (the rig's power cuts and restores) */
+  readonly switched = { on: 0, off: 0 };
+  #client: MqttClient;
+  #start: () => ChildProcess;
+  #child: ChildProcess | null = null;
+  #exited: Promise<void> = Promise.resolve();
+  #queue: Promise<void> = Promise.resolve();
+
+  private constructor(client: MqttClient, topic: string, start: () => ChildProcess) {
+    this.#client = client;
+    this.topic = topic;
+    this.#start = start;
+  }
+
+  static async connect(brokerUrl: string, topic: string, start: () => ChildProcess): Promise<ProcessRelay> {
+    const client = await mqtt.connectAsync(brokerUrl, { connectTimeout: 5000, reconnectPeriod: 0 });
+    const relay = new ProcessRelay(client, topic, start);
+    client.on("message", (received, payload) => {
+      if (received !== `cmnd/${topic}/POWER`) return;
+      relay.#queue = relay.#queue.then(() => relay.#command(payload.toString().trim().toUpperCase()));
+    });
+    await client.subscribeAsync(`cmnd/${topic}/POWER`, { qos: 1 });
+    return relay;
+  }
+
+  get isOn(): boolean {
+    return this.#child !== null;
+  }
+
+  /** Switches on: the badge process starts (as the relay's contact closes). */
+  async on(): Promise<void> {
+    if (this.#child) return;
+    const child = this.#start();
+    this.#child = child;
+    this.#exited = new Promise((resolve) => child.once("close", () => resolve()));
+    child.once("close", () => {
+      if (this.#child === child) this.#child = null;
+    });
+    // a badge that cannot start stays off, as a relay whose load is missing
+    child.once("error", (error) => console.error(`reference-badge-rig: the badge did not start: ${error.message}`));
+  }
+
+  /** Switches off: SIGKILL, and the process is gone before this resolves. */
+  async off(): Promise<void> {
+    const child = this.#child;
+    if (!child) return;
+    child.kill("SIGKILL");
+    await this.#exited;
+    this.#child = null;
+  }
+
+  async close(): Promise<void> {
+    await this.#queue;
+    await this.off();
+    await this.#client.endAsync();
+  }
+
+  async #command(payload: string): Promise<void> {
+    if (payload === "ON" && !this.isOn) {
+      this.switched.on++;
+      await this.on();
+    }
+    if (payload === "OFF" && this.isOn) {
+      this.switched.off++;
+      await this.off();
+    }
+    await this.#client.publishAsync(`stat/${this.topic}/POWER`, this.isOn ? "ON" : "OFF", { qos: 1, retain: false });
+  }
+}
+
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** One scenario's line of `hil run --json`. */
+export interface HilScenarioResult {
+  file: string;
+  name: string;
+  outcome: "passed" | "failed" | "skipped" | "error";
+  message: string | null;
+  wall_ms: number;
+  checks: Array<{ field: string; expected: unknown; observed: unknown; passed: boolean }>;
+}
+
+export interface ReferenceRigRun {
+  results: HilScenarioResult[];
+  /** hil run processes started, one per group */
+  groups: number;
+  /** how often MQTT commands switched the badge on and off (a power cut is one off) */
+  relay: { on: number; off: number };
+  wallMs: number;
+}
+
+export interface ReferenceRigOptions {
+  files: string[];
+  /** the badge's download speed, KiB/s (a badge on Wi-Fi: 64) */
+  linkKibS?: number;
+  brokerUrl?: string;
+  /** where the work directory goes (default: a temporary one, removed after) */
+  workDir?: string;
+  /** hears each group's progress */
+  onGroup?: (index: number, count: number, bench: Bench, files: string[]) => void;
+}
+
+export async function runReferenceRig(options: ReferenceRigOptions): Promise<ReferenceRigRun> {
+  const started = performance.now();
+  // hil run works in the work directory, so it gets the files by their absolute paths
+  const scenarios = scenarioFiles(options.files).map((file) => ({ ...loadScenario(file), file: path.resolve(file) }));
+  const groups = groupScenarios(scenarios);
+  execFileSync("make", ["--no-print-directory", "-C", BADGE_DIR, "build/reference-badge"], { stdio: ["ignore", "ignore", "inherit"] });
+
+  const work = options.workDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "reference-badge-rig-"));
+  fs.mkdirSync(work, { recursive: true });
+  const flash = path.join(work, "flash.bin");
+  const nvs = path.join(work, "nvs.txt");
+  const badgeLog = fs.openSync(path.join(work, "badge.log"), "a");
+  const pair = await openPtyPair();
+  let relay: ProcessRelay | null = null;
+  let server: SimServer | null = null;
+  const results: HilScenarioResult[] = [];
+  try {
+    const proxyPort = await freePort();
+    const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
+    // the bench supply the relay powers the badge from: set per group
+    const supply = { mv: 3950, power: "charging" };
+    const linkKibS = String(options.linkKibS ?? 64);
+    relay = await ProcessRelay.connect(brokerUrl, RELAY_TOPIC, () =>
+      spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(supply.mv), "--power", supply.power, "--link-kib-s", linkKibS], {
+        stdio: ["ignore", badgeLog, badgeLog],
+      }),
+    );
+    for (const [index, group] of groups.entries()) {
+      const files = group.scenarios.map((scenario) => scenario.file);
+      options.onGroup?.(index, groups.length, group.bench, files);
+      await relay.off();
+      const { bench } = group;
+      Object.assign(supply, { mv: bench.mv, power: bench.power });
+      // the server as the group's scenarios say: the fleet's history, then the release
+      await server?.close();
+      server = await startSimServer();
+      for (const version of bench.published) await server.publish({ version, size: HISTORY_IMAGE_BYTES });
+      const release = bench.release;
+      if (release) await server.publish({ version: release.version, size: release.size, crashOnBoot: release.crashOnBoot, notes: release.notes });
+      const image = path.join(work, `badge-${bench.version}.bin`);
+      fs.writeFileSync(image, buildAppImage({ version: bench.version, size: IMAGE_BYTES }));
+      execFileSync(BADGE, ["flash", "--flash", flash, image], { stdio: "ignore" });
+      const device = await server.addDevice(`reference badge, group ${index + 1}`);
+      execFileSync(BADGE, ["provision", "--nvs", nvs, "--server", `http://127.0.0.1:${proxyPort}`, "--token", device.token], { stdio: "ignore" });
+      await relay.on();
+      const rig = path.join(work, "rig.json");
+      fs.writeFileSync(
+        rig,
+        JSON.stringify({
+          name: "reference-badge",
+          port: pair.host,
+          power: { broker: brokerUrl, topic: RELAY_TOPIC },
+          server: { url: `${server.url}/`, deviceToken: device.token, dataDir: server.dataDir },
+          proxy: { host: "127.0.0.1", port: proxyPort },
+        }),
+      );
+      results.push(...(await hilRun(files, rig, work)));
+    }
+  } finally {
+    await relay?.close();
+    await pair.close();
+    await server?.close();
+    fs.closeSync(badgeLog);
+    if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
+  }
+  return { results, groups: groups.length, relay: relay ? { ...relay.switched } : { on: 0, off: 0 }, wallMs: performance.now() - started };
+}
+
+/** `badgebench hil run FILES --rig RIG --json` in `cwd` (its transcripts go to cwd/var/transcripts). */
+async function hilRun(files: string[], rig: string, cwd: string): Promise<HilScenarioResult[]> {
+  const child = spawn(process.execPath, [CLI, "hil", "run", ...files, "--rig", rig, "--json"], { cwd, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+  try {
+    return (JSON.parse(stdout) as { results: HilScenarioResult[] }).results;
+  } catch {
+    throw new Error(`hil run exited ${code} without its JSON report:\n${stderr || stdout}`);
+  }
+}
+
+async function main(): Promise<void> {
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: { json: { type: "boolean", default: false }, "link-kib-s": { type: "string", default: "64" }, work: { type: "string" } },
+  });
+  const linkKibS = Number(values["link-kib-s"]);
+  if (!(Number.isInteger(linkKibS) && linkKibS > 0)) throw new Error("--link-kib-s takes a whole number of KiB/s above 0");
+  const run = await runReferenceRig({
+    files: positionals.length > 0 ? positionals : [path.join(ROOT, "fixtures/scenarios")],
+    linkKibS,
+    workDir: values.work && path.resolve(values.work),
+    onGroup: (index, count, bench, files) => {
+      if (!values.json) console.error(`group ${index + 1}/${count}: ${bench.version}, ${bench.mv} mV, ${bench.power}: ${files.map((file) => path.basename(file)).join(", ")}`);
+    },
+  });
+  const count = (outcome: HilScenarioResult["outcome"]) => run.results.filter((result) => result.outcome === outcome).length;
+  const summary = {
+    scenarios: run.results.length,
+    passed: count("passed"),
+    failed: count("failed"),
+    errors: count("error"),
+    skipped: count("skipped"),
+    groups: run.groups,
+    relay: run.relay,
+    wall_ms: Math.round(run.wallMs),
+    machine: `${os.cpus().length} cores, node ${process.version}`,
+  };
+  if (values.json) {
+    console.log(JSON.stringify({ object: "reference_badge_rig", ...summary, results: run.results }));
+  } else {
+    for (const result of run.results) {
+      const failed = result.checks.filter((check) => !check.passed).map((check) => `${check.field}: expected ${JSON.stringify(check.expected)}, observed ${JSON.stringify(check.observed)}`);
+      console.log(`${result.outcome.toUpperCase().padEnd(7)} ${result.name} (${Math.round(result.wall_ms)} ms)${result.message ? `: ${result.message}` : ""}${failed.length ? `\n  ${failed.join("\n  ")}` : ""}`);
+    }
+    console.log(
+      `${summary.scenarios} scenarios on the reference badge: ${summary.passed} passed, ${summary.failed} failed, ${summary.errors} errors, ${summary.skipped} skipped; ` +
+        `${summary.groups} hil runs, relay ${summary.relay.off} times off; ${(summary.wall_ms / 1000).toFixed(1)} s wall (${summary.machine})`,
+    );
+  }
+  process.exitCode = summary.failed + summary.errors > 0 ? 1 : 0;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(import.meta.filename)) {
+  main().catch((error: unknown) => {
+    console.error(`reference-badge-rig: ${(error as Error).message}`);
+    process.exitCode = 1;
+  });
+}
