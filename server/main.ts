@@ -41,7 +41,11 @@ export function createLogger(env = process.env): Logger {
 
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const logger = options.logger ?? createLogger();
-  const store = await openStore({ dataDir: options.dataDir, sync: options.sync });
+  const store = await openStore({
+    dataDir: options.dataDir,
+    sync: options.sync,
+    backgroundCheckpoints: { onError: (message) => logger.error({ message }, "WAL checkpoint failed") },
+  });
   await options.prepare?.(store, logger);
   const { handler, gate } = await createApp({ store, releases: new ReleaseStore(options.dataDir), logger });
   await gate.purgeExpired();

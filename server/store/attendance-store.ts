@@ -1,3 +1,4 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 
 export async function findStudent(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }) {
@@ -65,10 +66,6 @@ export async function appendHistory(db: Db, row: Omit<HistoryTable, "seq">): Pro
     .where("record_id", "=", row.record_id)
     .executeTakeFirst();
   await db.insertInto("record_history").values({ ...row, seq: Number(last?.seq ?? 0) + 1 }).execute();
-}
-
-export async function insertEvent(db: Db, row: EventsTable): Promise<void> {
-  await db.insertInto("events").values(row).execute();
 }
 
 export async function findRecordDetail(db: Db, livemode: Livemode, id: string) {
@@ -162,22 +159,34 @@ export async function takeOverRecord(
     .execute();
 }
 
-export async function findStudentByCard(db: Db, livemode: Livemode, cardUid: string) {
-  return db
+/** The students holding these cards (a card unknown in this mode has no row). */
+export const findStudentsByCards = compiledQuery((db: Db, livemode: Livemode, cardUids: string[]) =>
+  db
     .selectFrom("students")
-    .select(["id", "external_id", "name"])
+    .select(["id", "external_id", "name", "card_uid"])
     .where("livemode", "=", livemode)
-    .where("card_uid", "=", cardUid)
-    .executeTakeFirst();
-}
+    .where("card_uid", "in", cardUids),
+);
 
-export async function isEnrolled(db: Db, livemode: Livemode, courseCode: string, studentId: string): Promise<boolean> {
-  const row = await db
+/** Enrolments among the given courses and students: a superset the caller matches pair by pair. */
+export const findEnrolments = compiledQuery((db: Db, livemode: Livemode, courseCodes: string[], studentIds: string[]) =>
+  db
     .selectFrom("enrollments")
-    .select("student_id")
+    .select(["course_code", "student_id"])
     .where("livemode", "=", livemode)
-    .where("course_code", "=", courseCode)
-    .where("student_id", "=", studentId)
-    .executeTakeFirst();
-  return row !== undefined;
-}
+    .where("course_code", "in", courseCodes)
+    .where("student_id", "in", studentIds),
+);
+
+/** Records among the given sessions and students: a superset the caller matches pair by pair. */
+export const findRecordsAmong = compiledQuery((db: Db, sessionIds: string[], studentIds: string[]) =>
+  db
+    .selectFrom("records")
+    .select(["id", "session_id", "student_id", "status", "method"])
+    .where("session_id", "in", sessionIds)
+    .where("student_id", "in", studentIds),
+);
+
+export const insertRecords = compiledQuery((db: Db, rows: RecordsTable[]) => db.insertInto("records").values(rows));
+
+export const insertEvents = compiledQuery((db: Db, rows: EventsTable[]) => db.insertInto("events").values(rows));

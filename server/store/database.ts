@@ -4,6 +4,7 @@ import fs from "node:fs";
 import path from "node:path";
 import SQLite from "better-sqlite3";
 import { CompiledQuery, Kysely, SqliteDialect, SqliteDriver, type DatabaseConnection } from "kysely";
+import { FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer } from "./checkpointer.ts";
 import { migrateToLatest } from "./migrations.ts";
 import type { Database } from "./schema.ts";
 
@@ -16,6 +17,12 @@ export interface StoreOptions {
    * acknowledged write survives a power cut; `normal` survives a killed process only.
    */
   sync?: SyncMode;
+  /**
+   * Checkpoint the write-ahead log in a worker thread (checkpointer.ts) instead of in the commit
+   * that fills it; the server sets it, short-lived admin commands do not need it. Called with
+   * the message of a checkpoint that failed.
+   */
+  backgroundCheckpoints?: { onError(message: string): void };
 }
 
 export interface Store {
@@ -73,7 +80,8 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   const file = path.join(options.dataDir, DATABASE_FILE);
   const sqlite = new SQLite(file);
   sqlite.pragma("journal_mode = WAL");
-  sqlite.pragma(`synchronous = ${(options.sync ?? "full").toUpperCase()}`);
+  const sync = options.sync ?? "full";
+  sqlite.pragma(`synchronous = ${sync.toUpperCase()}`);
   sqlite.pragma("busy_timeout = 5000");
   sqlite.pragma("foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
@@ -83,5 +91,16 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     await db.destroy();
     throw error;
   }
-  return { db, file, close: () => db.destroy() };
+  const { backgroundCheckpoints } = options;
+  if (!backgroundCheckpoints) return { db, file, close: () => db.destroy() };
+  sqlite.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+  const checkpointer = startCheckpointer(file, sync, backgroundCheckpoints.onError);
+  return {
+    db,
+    file,
+    async close() {
+      await checkpointer.stop();
+      await db.destroy();
+    },
+  };
 }

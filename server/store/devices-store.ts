@@ -1,3 +1,4 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, DevicesTable, Livemode } from "./schema.ts";
 
 export type DeviceRow = DevicesTable;
@@ -63,13 +64,12 @@ export async function recordCheck(
     .execute();
 }
 
-export async function recordSync(db: Db, id: string, report: DeviceReport, now: string): Promise<void> {
-  await db
+export const recordSync = compiledQuery((db: Db, id: string, report: DeviceReport, now: string) =>
+  db
     .updateTable("devices")
     .set({ ...report, last_sync_at: now })
-    .where("id", "=", id)
-    .execute();
-}
+    .where("id", "=", id),
+);
 
 export async function roomExists(db: Db, livemode: Livemode, code: string): Promise<boolean> {
   const row = await db
