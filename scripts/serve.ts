@@ -1,0 +1,52 @@
+// `badgebench serve`: the command's options and what it does, shared by the full command line
+// (cli.ts, run through tsx) and the production entry (serve-main.ts, built to dist/ by esbuild so
+// the running server loads no TypeScript loader and none of the simulator or rig).
+import fs from "node:fs";
+import { fileURLToPath } from "node:url";
+import type { Argv } from "yargs";
+import { resolveDataDir, startServer } from "../server/main.ts";
+import { createApiKey, SCOPES } from "../server/services/api-keys.ts";
+import { importSchool } from "../server/services/school-import.ts";
+import type { Store } from "../server/store/database.ts";
+import { countStudents } from "../server/store/school-store.ts";
+
+// One folder below the project root both in scripts/ and in the bundle in dist/.
+const DEMO_SCHOOL = fileURLToPath(new URL("../fixtures/demo-school.json", import.meta.url));
+
+async function loadDemo(store: Store, log: (message: string) => void) {
+  if ((await countStudents(store.db, 0)) > 0) return;
+  const school = JSON.parse(fs.readFileSync(DEMO_SCHOOL, "utf8")) as unknown;
+  const summary = await importSchool(store.db, school, { mode: "test", source: DEMO_SCHOOL });
+  const key = await createApiKey(store.db, { mode: "test", scopes: Object.keys(SCOPES), name: "demo" });
+  log(
+    `loaded the demo school into test mode: ${summary.students} students, ${summary.courses} courses, ${summary.sessions_added} sessions this week\n` +
+      `demo API key (test mode, every scope; shown once): ${key.secret}`,
+  );
+}
+
+export const serveOptions = (y: Argv) =>
+  y
+    .option("port", { type: "number", default: Number(process.env.PORT ?? 3000), describe: "port (0 picks a free one)" })
+    .option("host", { type: "string", default: process.env.HOST ?? "127.0.0.1" })
+    .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
+    .option("demo", { type: "boolean", default: false, describe: "load the demo school into an empty data directory" })
+    .option("sync", { choices: ["full", "normal"] as const, default: (process.env.BADGEBENCH_SQLITE_SYNC ?? "full") as "full" | "normal" });
+
+type ServeArgs = Awaited<ReturnType<typeof serveOptions>["argv"]>;
+
+/** Starts the server, prints `listening on URL`, and stops it on SIGINT or SIGTERM. */
+export async function serve(args: ServeArgs): Promise<void> {
+  const server = await startServer({
+    dataDir: resolveDataDir(args.data),
+    port: args.port,
+    host: args.host,
+    sync: args.sync,
+    prepare: args.demo ? (store) => loadDemo(store, (m) => process.stderr.write(`${m}\n`)) : undefined,
+  });
+  process.stdout.write(`listening on ${server.url}\n`);
+  const stop = () => {
+    server.close().then(() => process.exit(0), () => process.exit(1));
+  };
+  process.once("SIGINT", stop);
+  process.once("SIGTERM", stop);
+}
