@@ -14,6 +14,7 @@ import { sessionsRoutes } from "./routes/sessions-routes.ts";
 import { IdempotencyGate } from "./services/idempotency.ts";
 import type { Store } from "./store/database.ts";
 import { getOrCreateSetting } from "./store/settings-store.ts";
+import { WriteBatcher } from "./store/write-batcher.ts";
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
@@ -31,7 +32,8 @@ export interface App {
 export async function createApp({ store, releases, logger }: AppDeps): Promise<App> {
   const cursorSecret = await getOrCreateSetting(store.db, "cursor_secret", () => randomBytes(32).toString("hex"));
   const codec = new CursorCodec(Buffer.from(cursorSecret, "hex"));
-  const gate = new IdempotencyGate(store.db);
+  const writes = new WriteBatcher(store.db, store.logSynced);
+  const gate = new IdempotencyGate(writes);
   const deps = { db: store.db, codec, gate };
 
   const app = express();
@@ -45,7 +47,7 @@ export async function createApp({ store, releases, logger }: AppDeps): Promise<A
   v1.use(sessionsRoutes(deps));
   v1.use(devicesRoutes({ ...deps, releases }));
   app.use("/v1", v1);
-  app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
+  app.use("/api/badge", badgeRoutes({ db: store.db, writes, releases, logger }));
 
   app.use(notFoundRoute);
   app.use(errorMiddleware(logger));

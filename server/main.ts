@@ -44,7 +44,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const store = await openStore({
     dataDir: options.dataDir,
     sync: options.sync,
-    backgroundCheckpoints: { onError: (message) => logger.error({ message }, "WAL checkpoint failed") },
+    serving: { onCheckpointError: (message) => logger.error({ message }, "WAL checkpoint failed") },
   });
   await options.prepare?.(store, logger);
   const { handler, gate } = await createApp({ store, releases: new ReleaseStore(options.dataDir), logger });

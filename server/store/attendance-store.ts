@@ -8,13 +8,7 @@ export async function findStudent(db: Db, livemode: Livemode, by: { id?: string;
   return query.executeTakeFirst();
 }
 
-/** The student, and whether they are enrolled in `courseCode`, in one query. */
-export async function findStudentInCourse(
-  db: Db,
-  livemode: Livemode,
-  by: { id?: string; external_id?: string },
-  courseCode: string,
-) {
+const studentInCourse = compiledQuery((db: Db, livemode: Livemode, by: { id?: string; external_id?: string }, courseCode: string) => {
   let query = db
     .selectFrom("students")
     .leftJoin("enrollments", (join) =>
@@ -28,7 +22,12 @@ export async function findStudentInCourse(
     .where("students.livemode", "=", livemode);
   if (by.id !== undefined) query = query.where("students.id", "=", by.id);
   if (by.external_id !== undefined) query = query.where("students.external_id", "=", by.external_id);
-  return query.executeTakeFirst();
+  return query;
+});
+
+/** The student, and whether they are enrolled in `courseCode`, in one query. */
+export async function findStudentInCourse(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }, courseCode: string) {
+  return (await studentInCourse(db, livemode, by, courseCode)).rows[0];
 }
 
 export async function findRecordFor(db: Db, sessionId: string, studentId: string) {
@@ -40,14 +39,17 @@ export async function findRecordFor(db: Db, sessionId: string, studentId: string
     .executeTakeFirst();
 }
 
-/** Inserts the record unless the student already has one in the session; returns whether it did. */
-export async function insertRecordIfAbsent(db: Db, row: RecordsTable): Promise<boolean> {
-  const result = await db
+const insertUnlessRecorded = compiledQuery((db: Db, row: RecordsTable) =>
+  db
     .insertInto("records")
     .values(row)
-    .onConflict((oc) => oc.columns(["session_id", "student_id"]).doNothing())
-    .executeTakeFirst();
-  return Number(result.numInsertedOrUpdatedRows ?? 0n) > 0;
+    .onConflict((oc) => oc.columns(["session_id", "student_id"]).doNothing()),
+);
+
+/** Inserts the record unless the student already has one in the session; returns whether it did. */
+export async function insertRecordIfAbsent(db: Db, row: RecordsTable): Promise<boolean> {
+  const result = await insertUnlessRecorded(db, row);
+  return Number(result.numAffectedRows ?? 0n) > 0;
 }
 
 export async function findRecord(db: Db, livemode: Livemode, id: string) {

@@ -5,7 +5,7 @@
 // (and so the prepared statement) with its own values put where the placeholders were.
 //
 // The shape of the arguments is their structure: array lengths, the keys of plain objects that
-// are not undefined, and where null and booleans stand (a builder may branch on those). Strings,
+// are not undefined, and where undefined, null and booleans stand (a builder may branch on them). Strings,
 // numbers and other values are the values that change; a builder must pass them to Kysely as
 // they are (no arithmetic, no string building on them), which the compilation checks.
 import type { Compilable, CompiledQuery, QueryResult } from "kysely";
@@ -37,7 +37,7 @@ function flatten(value: unknown, shape: string[], values: unknown[]): void {
       flatten(value[key], shape, values);
     }
     shape.push("}");
-  } else if (value === null || typeof value === "boolean") {
+  } else if (value === null || value === undefined || typeof value === "boolean") {
     shape.push(String(value));
   } else {
     shape.push("?");
@@ -53,7 +53,7 @@ function withPlaceholders(value: unknown, counter: { next: number }): unknown {
     for (const key in value) if (value[key] !== undefined) out[key] = withPlaceholders(value[key], counter);
     return out;
   }
-  if (value === null || typeof value === "boolean") return value;
+  if (value === null || value === undefined || typeof value === "boolean") return value;
   return `${PLACEHOLDER}${counter.next++}`;
 }
 

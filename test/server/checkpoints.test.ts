@@ -14,10 +14,10 @@ afterAll(async () => {
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true });
 });
 
-async function storeWithRows(backgroundCheckpoints: boolean, errors: string[]) {
+async function storeWithRows(serving: boolean, errors: string[]) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-checkpoints-"));
   dirs.push(dir);
-  const store = await openStore({ dataDir: dir, backgroundCheckpoints: backgroundCheckpoints ? { onError: (m) => errors.push(m) } : undefined });
+  const store = await openStore({ dataDir: dir, serving: serving ? { onCheckpointError: (m) => errors.push(m) } : undefined });
   stores.push(store);
   const sizeBefore = fs.statSync(store.file).size;
   const rows = Array.from({ length: 500 }, (_, i) => ({ name: `filler-${i}`, value: "x".repeat(200) }));
