@@ -7,7 +7,7 @@ import type { Argv } from "yargs";
 import { resolveDataDir, startServer } from "../server/main.ts";
 import { createApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool } from "../server/services/school-import.ts";
-import type { Store } from "../server/store/database.ts";
+import type { Store, SyncMode } from "../server/store/database.ts";
 import { countStudents } from "../server/store/school-store.ts";
 
 // One folder below the project root both in scripts/ and in the bundle in dist/.
@@ -24,15 +24,39 @@ async function loadDemo(store: Store, log: (message: string) => void) {
   );
 }
 
-export const serveOptions = (y: Argv) =>
-  y
-    .option("port", { type: "number", default: Number(process.env.PORT ?? 3000), describe: "port (0 picks a free one)" })
-    .option("host", { type: "string", default: process.env.HOST ?? "127.0.0.1" })
-    .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
-    .option("demo", { type: "boolean", default: false, describe: "load the demo school into an empty data directory" })
-    .option("sync", { choices: ["full", "normal"] as const, default: (process.env.BADGEBENCH_SQLITE_SYNC ?? "full") as "full" | "normal" });
+export interface ServeArgs {
+  port: number;
+  host: string;
+  data?: string;
+  demo: boolean;
+  sync: SyncMode;
+}
 
-type ServeArgs = Awaited<ReturnType<typeof serveOptions>["argv"]>;
+export const SYNC_MODES = ["full", "normal"] as const;
+
+/** The defaults, from the environment where the configuration table says so. */
+export const serveDefaults = (env = process.env) => ({
+  port: Number(env.PORT ?? 3000),
+  host: env.HOST ?? "127.0.0.1",
+  sync: (env.BADGEBENCH_SQLITE_SYNC ?? "full") as SyncMode,
+});
+
+export const SERVE_HELP = {
+  port: "port (0 picks a free one)",
+  data: "data directory (default $BADGEBENCH_DATA or ./var)",
+  demo: "load the demo school into an empty data directory",
+};
+
+/** The options of `badgebench serve` in the full command line. */
+export const serveOptions = (y: Argv) => {
+  const defaults = serveDefaults();
+  return y
+    .option("port", { type: "number", default: defaults.port, describe: SERVE_HELP.port })
+    .option("host", { type: "string", default: defaults.host })
+    .option("data", { type: "string", describe: SERVE_HELP.data })
+    .option("demo", { type: "boolean", default: false, describe: SERVE_HELP.demo })
+    .option("sync", { choices: SYNC_MODES, default: defaults.sync });
+};
 
 /** Starts the server, prints `listening on URL`, and stops it on SIGINT or SIGTERM. */
 export async function serve(args: ServeArgs): Promise<void> {
