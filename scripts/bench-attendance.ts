@@ -5,7 +5,8 @@
 //   3. record creation throughput as a ratio to a bare Express hello-world measured in the same
 //      run (target >= 0.3), with `--sync full` and, on a second line, `--sync normal`.
 // Everything runs on 127.0.0.1 in a fresh temporary data directory that is deleted at the end.
-// Usage: npx tsx scripts/bench-attendance.ts [--records N] [--json]
+// Usage: npx tsx scripts/bench-attendance.ts [--records N] [--cpu-prof DIR] [--json]
+// (`--cpu-prof DIR`: the create servers write their CPU profiles there when they stop.)
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -427,7 +428,7 @@ async function benchRoll(url: string, token: string, sessionId: string): Promise
 const CREATE_COURSES = 4;
 const CREATE_SESSIONS_PER_COURSE = 150; // 4 x 150 x 300 = 180,000 pairs
 
-async function benchCreates(dataDir: string, sync: SyncMode): Promise<LoadResult & { pool: number }> {
+async function benchCreates(dataDir: string, sync: SyncMode, cpuProfDir: string | undefined): Promise<LoadResult & { pool: number }> {
   const prepared = await prepareDataDir(dataDir, { courses: CREATE_COURSES, sessionsPerCourse: CREATE_SESSIONS_PER_COURSE }, "attendance:write");
   await prepared.store.close(); // the server process gets the database to itself
   const pool = prepared.sessions.length * CLASS_SIZE;
@@ -454,7 +455,7 @@ async function benchCreates(dataDir: string, sync: SyncMode): Promise<LoadResult
       };
     },
   };
-  const { child, url } = await spawnBadgebench(dataDir, sync);
+  const { child, url } = await spawnBadgebench(dataDir, sync, { cpuProfDir });
   try {
     const result = await load(url, LOAD, [create]);
     if (exhausted) throw new Error(`the pool of ${pool} (session, student) pairs ran out; raise CREATE_SESSIONS_PER_COURSE`);
@@ -514,7 +515,10 @@ function printTable(r: Report): void {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { records: { type: "string", default: "1000000" }, json: { type: "boolean", default: false } } });
+  const { values } = parseArgs({
+    options: { records: { type: "string", default: "1000000" }, "cpu-prof": { type: "string" }, json: { type: "boolean", default: false } },
+  });
+  const cpuProfDir = values["cpu-prof"] === undefined ? undefined : path.resolve(values["cpu-prof"]);
   const records = Number(values.records);
   if (!Number.isInteger(records) || records < 1) throw new Error(`--records must be a positive whole number, got ${values.records}`);
 
@@ -526,7 +530,7 @@ async function main(): Promise<void> {
     const runs = [];
     for (const sync of ["full", "normal"] as const) {
       log(`measuring creates with --sync ${sync}`);
-      const run = await benchCreates(path.join(tmp, `creates-${sync}`), sync);
+      const run = await benchCreates(path.join(tmp, `creates-${sync}`), sync, cpuProfDir);
       const valid = run.non2xx === 0 && run.errors === 0;
       const ratio = round(run.rps / hello.rps, 3);
       runs.push({ sync, ...run, ratio, valid, pass: valid && ratio >= TARGETS.createRatio });

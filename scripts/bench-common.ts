@@ -1,8 +1,8 @@
 // Shared pieces of the benchmark scripts (bench-*.ts): progress logging, percentiles, servers
-// in child processes (badgebench exactly as `badgebench serve` starts it, and the bare Express
+// in child processes (badgebench exactly as `npm start` starts it, and the bare Express
 // hello-world baseline), the autocannon wrapper, a temporary directory that is removed however
 // the run ends, and a process's memory from /proc.
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import os from "node:os";
@@ -11,6 +11,9 @@ import { fileURLToPath } from "node:url";
 import type { SyncMode } from "../server/store/database.ts";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
+/** The production server, built by `npm run build` (esbuild) as `npm start` does. */
+export const SERVER_BUNDLE = path.join(ROOT, "dist", "serve.js");
+/** The full command line (`npx badgebench`), run through tsx. */
 export const CLI = path.join(ROOT, "scripts", "badgebench.js");
 
 export function log(message: string): void {
@@ -93,13 +96,20 @@ export async function stopServer(child: ChildProcess): Promise<void> {
   await exited;
 }
 
+let built = false;
+
 /**
- * The badgebench server in its own process, started as `badgebench serve` is, on a free port of
- * 127.0.0.1. With `cpuProfDir` node writes a .cpuprofile there when the server stops.
+ * The badgebench server in its own process, built and started as `npm start` starts it (the
+ * JavaScript bundle, no TypeScript loader), on a free port of 127.0.0.1. With `cpuProfDir` node
+ * writes a .cpuprofile there when the server stops.
  */
 export function spawnBadgebench(dataDir: string, sync: SyncMode, options: { cpuProfDir?: string } = {}) {
+  if (!built) {
+    execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
+    built = true;
+  }
   const nodeArgs = options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [];
-  return spawnServer([...nodeArgs, CLI, "serve", "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync], { LOG_LEVEL: "warn" });
+  return spawnServer([...nodeArgs, SERVER_BUNDLE, "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync], { LOG_LEVEL: "warn" });
 }
 
 // An express() app with one route, in its own process: the ceiling for any Express route here.

@@ -1,6 +1,6 @@
 // Benchmarks POST /api/badge/ota/check: requests per second as a ratio to a bare Express 5
 // hello-world route (`app.get("/", (req, res) => res.send("hello"))`) measured in the same run
-// with the same autocannon load. Target: ratio at least 0.5.
+// with the same autocannon load. Target (issue 12): ratio at least 0.6.
 //
 // Each request is what a badge sends (`v=1`, `sv=1.3.0`, `fw`, `bat=3.95`, `chg=0`) with one of
 // `--devices` device tokens in turn; a release 1.4.0 is published, so every answer is an offer
@@ -34,7 +34,7 @@ import {
   type LoadSettings,
 } from "./bench-common.ts";
 
-const TARGET_RATIO = 0.5;
+const TARGET_RATIO = 0.6;
 const CHECK_PATH = "/api/badge/ota/check";
 
 interface Summary {

@@ -2,10 +2,9 @@
 // Every admin command takes --data and --json; with --json it prints exactly one JSON object.
 import fs from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import yargs, { type Argv } from "yargs";
 import { ApiError } from "../server/errors.ts";
-import { ListenError, resolveDataDir, startServer } from "../server/main.ts";
+import { ListenError, resolveDataDir } from "../server/main.ts";
 import { promoteRelease, PublishRefusal, publishRelease, WIFI_PASSWORD_ENV } from "../server/releases/publishing.ts";
 import { ReleaseStore, ReleaseStoreError } from "../server/releases/release-store.ts";
 import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
@@ -21,13 +20,12 @@ import { runSimFleet } from "./sim-fleet.ts";
 import { runSimRun } from "./sim-run.ts";
 import { runSimSerial } from "./sim-serial.ts";
 import { runHilFlashCommand, runHilMonitor, runHilPorts } from "./hil-console.ts";
+import { cliFailure, type ErrorBody } from "./cli-failure.ts";
+import { serve, serveOptions } from "./serve.ts";
 import { SimSetupError } from "./sim-server.ts";
 import { openStore, type Store } from "../server/store/database.ts";
-import { webhookConfigFromEnv, WebhookConfigError } from "../server/webhooks/webhook-config.ts";
+import { WebhookConfigError } from "../server/webhooks/webhook-config.ts";
 import { startListener } from "./webhooks-listen.ts";
-import { countStudents } from "../server/store/school-store.ts";
-
-const DEMO_SCHOOL = fileURLToPath(new URL("../fixtures/demo-school.json", import.meta.url));
 
 interface AdminArgs {
   data?: string;
@@ -37,7 +35,7 @@ interface AdminArgs {
 /** Errors a user can fix; printed as a message, never as a stack trace. */
 const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError, SimSetupError, WebhookConfigError];
 
-function errorBody(error: Error): { code: string; message: string; reasons?: unknown } {
+function errorBody(error: Error): ErrorBody {
   if (error instanceof ApiError) return { code: error.code, message: error.message };
   if (error instanceof ListenError) return { code: "listen_failed", message: error.message };
   if (error instanceof PublishRefusal) return { code: "refused", message: error.message, reasons: error.reasons };
@@ -72,17 +70,6 @@ const adminOptions = (y: Argv) =>
     .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
     .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" });
 
-async function loadDemo(store: Store, log: (message: string) => void) {
-  if ((await countStudents(store.db, 0)) > 0) return;
-  const school = JSON.parse(fs.readFileSync(DEMO_SCHOOL, "utf8")) as unknown;
-  const summary = await importSchool(store.db, school, { mode: "test", source: DEMO_SCHOOL });
-  const key = await createApiKey(store.db, { mode: "test", scopes: Object.keys(SCOPES), name: "demo" });
-  log(
-    `loaded the demo school into test mode: ${summary.students} students, ${summary.courses} courses, ${summary.sessions_added} sessions this week\n` +
-      `demo API key (test mode, every scope; shown once): ${key.secret}`,
-  );
-}
-
 export function buildCli(argv: string[]) {
   return yargs(argv)
     .scriptName("badgebench")
@@ -92,29 +79,8 @@ export function buildCli(argv: string[]) {
     .command(
       "serve",
       "start the server",
-      (y) =>
-        y
-          .option("port", { type: "number", default: Number(process.env.PORT ?? 3000), describe: "port (0 picks a free one)" })
-          .option("host", { type: "string", default: process.env.HOST ?? "127.0.0.1" })
-          .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
-          .option("demo", { type: "boolean", default: false, describe: "load the demo school into an empty data directory" })
-          .option("sync", { choices: ["full", "normal"] as const, default: (process.env.BADGEBENCH_SQLITE_SYNC ?? "full") as "full" | "normal" }),
-      async (args) => {
-        const server = await startServer({
-          dataDir: resolveDataDir(args.data),
-          port: args.port,
-          host: args.host,
-          sync: args.sync,
-          webhooks: webhookConfigFromEnv(),
-          prepare: args.demo ? (store) => loadDemo(store, (m) => process.stderr.write(`${m}\n`)) : undefined,
-        });
-        process.stdout.write(`listening on ${server.url}\n`);
-        const stop = () => {
-          server.close().then(() => process.exit(0), () => process.exit(1));
-        };
-        process.once("SIGINT", stop);
-        process.once("SIGTERM", stop);
-      },
+      serveOptions,
+      (args) => serve(args),
     )
     .command("webhooks", "receive webhooks locally", (y) =>
       y.demandCommand(1, "name a webhooks command").command(
@@ -467,15 +433,7 @@ export function buildCli(argv: string[]) {
         ),
     )
     .help()
-    .fail((message, error) => {
-      // A usage mistake (exit 2) or an error the user can fix (exit 1) is one line, or one JSON
-      // object under --json; an unexpected error keeps its stack on stderr.
-      if (error && !USER_ERRORS.some((kind) => error instanceof kind)) throw error;
-      const body = error ? errorBody(error) : { code: "usage", message };
-      if (argv.includes("--json")) process.stdout.write(`${JSON.stringify({ error: body })}\n`);
-      else process.stderr.write(`badgebench: ${body.message}\n${error ? "" : "run with --help for usage\n"}`);
-      process.exit(error ? 1 : 2);
-    });
+    .fail(cliFailure(argv, USER_ERRORS, errorBody));
 }
 
 /** Runs the command line on `argv` (the arguments after the program name). */

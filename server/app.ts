@@ -20,6 +20,7 @@ import { IdempotencyGate } from "./services/idempotency.ts";
 import type { WebhookContext } from "./services/webhook-endpoints.ts";
 import type { Store } from "./store/database.ts";
 import { getOrCreateSetting } from "./store/settings-store.ts";
+import { WriteBatcher } from "./store/write-batcher.ts";
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
@@ -38,7 +39,8 @@ export interface App {
 export async function createApp({ store, releases, logger, webhooks }: AppDeps): Promise<App> {
   const cursorSecret = await getOrCreateSetting(store.db, "cursor_secret", () => randomBytes(32).toString("hex"));
   const codec = new CursorCodec(Buffer.from(cursorSecret, "hex"));
-  const gate = new IdempotencyGate(store.db);
+  const writes = new WriteBatcher(store.db, store.logSynced);
+  const gate = new IdempotencyGate(writes);
   const deps = { db: store.db, codec, gate };
 
   const app = express();
@@ -56,12 +58,12 @@ export async function createApp({ store, releases, logger, webhooks }: AppDeps):
   v1.use(attendanceRoutes(deps));
   v1.use(sessionsRoutes(deps));
   v1.use(devicesRoutes({ ...deps, releases }));
-  v1.use(webhookEndpointsRoutes({ ...deps, webhooks }));
+  v1.use(webhookEndpointsRoutes({ ...deps, webhooks, logSynced: store.logSynced }));
   v1.use(eventsRoutes(deps));
   v1.use(releasesRoutes({ ...deps, releases }));
   app.use("/v1", v1);
-  app.use("/api/badge", badgeRoutes({ db: store.db, releases, logger }));
-  app.use("/api/mcp", mcpRoutes({ db: store.db, codec, logger }));
+  app.use("/api/badge", badgeRoutes({ db: store.db, writes, releases, logger }));
+  app.use("/api/mcp", mcpRoutes({ db: store.db, codec, logger, logSynced: store.logSynced }));
   app.use("/fleet", fleetPageRoutes());
 
   app.use(notFoundRoute);

@@ -47,7 +47,11 @@ export function createLogger(env = process.env): Logger {
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
   const logger = options.logger ?? createLogger();
   const webhookConfig = resolveWebhookConfig(options.webhooks);
-  const store = await openStore({ dataDir: options.dataDir, sync: options.sync });
+  const store = await openStore({
+    dataDir: options.dataDir,
+    sync: options.sync,
+    serving: { onCheckpointError: (message) => logger.error({ message }, "WAL checkpoint failed") },
+  });
   await options.prepare?.(store, logger);
   const sender = new WebhookSender({
     resolve: webhookConfig.resolve,

@@ -7,15 +7,15 @@ import type { Logger } from "pino";
 import { MAX_REQUEST_BYTES } from "../../firmware/index.ts";
 import type { ReleaseStore } from "../releases/release-store.ts";
 import type { Database } from "../store/schema.ts";
-import { WriteBatcher } from "../store/write-batcher.ts";
+import type { WriteBatcher } from "../store/write-batcher.ts";
 import { badgeErrorMiddleware, BadgeError, deviceAuth } from "./badge-http.ts";
 import { otaCheck } from "./ota-check.ts";
 import { otaDownload } from "./ota-download.ts";
 import { badgeSync } from "./sync.ts";
 
-export function badgeRoutes(deps: { db: Kysely<Database>; releases: ReleaseStore; logger: Logger }): Router {
+export function badgeRoutes(deps: { db: Kysely<Database>; writes: WriteBatcher; releases: ReleaseStore; logger: Logger }): Router {
   const router = Router();
-  const writes = new WriteBatcher(deps.db);
+  const { writes } = deps;
   router.use(deviceAuth(deps.db));
   const textBody = express.text({ type: () => true, limit: MAX_REQUEST_BYTES, defaultCharset: "utf-8" });
   router.post("/ota/check", textBody, otaCheck(writes, deps.releases));

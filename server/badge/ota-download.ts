@@ -4,8 +4,6 @@
 // HTTP/1.0), in slices of one shared in-memory copy. Range is ignored: a 200 with the whole
 // image is the only answer, which a badge that asked for a range can tell from the status.
 // Every fetch is recorded with the bytes handed to the connection and whether it completed.
-import { Readable } from "node:stream";
-import { pipeline } from "node:stream/promises";
 import type { Request, Response } from "express";
 import type { Logger } from "pino";
 import { quote } from "../../firmware/index.ts";
@@ -17,12 +15,29 @@ import { BadgeError, deviceOf } from "./badge-http.ts";
 
 const SLICE_BYTES = 64 * 1024;
 
-function* slices(image: Buffer, sent: { bytes: number }) {
-  for (let offset = 0; offset < image.length; offset += SLICE_BYTES) {
-    const slice = image.subarray(offset, offset + SLICE_BYTES);
-    sent.bytes += slice.length;
-    yield slice;
-  }
+/**
+ * Writes the image slice by slice, the next one once the connection took the last (no stream in
+ * between: each slice is a view of the shared copy, written straight to the response); resolves
+ * when the connection closes, with whether every byte was handed over.
+ */
+function sendImage(res: Response, image: Buffer, sent: { bytes: number }): Promise<boolean> {
+  return new Promise((resolve) => {
+    let offset = 0;
+    const writeMore = () => {
+      while (offset < image.length) {
+        const slice = image.subarray(offset, offset + SLICE_BYTES);
+        offset += slice.length;
+        sent.bytes += slice.length;
+        if (!res.write(slice)) {
+          res.once("drain", writeMore);
+          return;
+        }
+      }
+      res.end();
+    };
+    res.once("close", () => resolve(res.writableFinished));
+    writeMore();
+  });
 }
 
 export function otaDownload(writes: WriteBatcher, releases: ReleaseStore, logger: Logger) {
@@ -59,14 +74,10 @@ export function otaDownload(writes: WriteBatcher, releases: ReleaseStore, logger
       "Cache-Control": "no-store",
     });
     const sent = { bytes: 0 };
-    try {
-      await pipeline(Readable.from(slices(image, sent), { objectMode: false }), res);
-    } catch {
-      // The badge went away or the link dropped: recorded as cut below.
-    }
-    // "completed" means every byte was handed to the connection. The kernel may still hold the
-    // tail when the link drops, which only the badge's `ota=` report can tell.
-    const outcome = res.writableFinished ? "completed" : "cut";
+    // "completed" means every byte was handed to the connection; otherwise the badge went away
+    // or the link dropped. The kernel may still hold the tail when the link drops, which only the
+    // badge's `ota=` report can tell.
+    const outcome = (await sendImage(res, image, sent)) ? "completed" : "cut";
     const endedAt = new Date().toISOString();
     await writes
       .run((trx) => finishFetch(trx, fetchId, outcome, sent.bytes, endedAt))

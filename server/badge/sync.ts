@@ -16,11 +16,11 @@ import type { Request, Response } from "express";
 import type { Transaction } from "kysely";
 import { parseVersion, type ResponseLine } from "../../firmware/index.ts";
 import { newId } from "../ids.ts";
-import { captureFromDevice, writeEvent } from "../services/attendance.ts";
+import { captureFromDevices, writeEvent, type CaptureInput } from "../services/attendance.ts";
 import type { DeviceRow } from "../services/devices.ts";
-import { findStudentByCard, isEnrolled } from "../store/attendance-store.ts";
+import { findEnrolments, findStudentsByCards } from "../store/attendance-store.ts";
 import { recordSync } from "../store/devices-store.ts";
-import { findTap, insertTap, sessionAt } from "../store/taps-store.ts";
+import { findTaps, insertTaps, sessionsInRoom } from "../store/taps-store.ts";
 import { insertReport, latestFetch, latestReport } from "../store/ota-store.ts";
 import type { Database, DeviceTapsTable } from "../store/schema.ts";
 import type { WriteBatcher } from "../store/write-batcher.ts";
@@ -77,28 +77,140 @@ function parseReport(value: string | undefined): OtaReport | null {
 
 type TapVerdict = Pick<DeviceTapsTable, "result" | "reason" | "session_id" | "student_id" | "record_id">;
 
-async function judgeTap(trx: Transaction<Database>, device: DeviceRow, tap: Tap, now: Date): Promise<TapVerdict> {
-  const rejected = (reason: string, ids: Partial<TapVerdict> = {}): TapVerdict => ({
-    result: "rejected",
-    reason,
-    session_id: null,
-    student_id: null,
-    record_id: null,
-    ...ids,
+const rejected = (reason: string, ids: Partial<TapVerdict> = {}): TapVerdict => ({
+  result: "rejected",
+  reason,
+  session_id: null,
+  student_id: null,
+  record_id: null,
+  ...ids,
+});
+
+type Session = Awaited<ReturnType<typeof sessionsInRoom>>["rows"][number];
+
+/** Of the room's sessions (latest start first), the one a tap at `at` belongs to. */
+function sessionFor(sessions: Session[], at: number): Session | undefined {
+  const startsBy = new Date(at + EARLY_TAP_MS).toISOString();
+  const endsFrom = new Date(at).toISOString();
+  return sessions.find((s) => s.starts_at <= startsBy && s.ends_at >= endsFrom);
+}
+
+/**
+ * The verdicts of new taps (none stored before), judged as a set: one lookup of the cards, one
+ * of the room's sessions over the taps' span, one of the enrolments, then the captures.
+ */
+async function judgeTaps(trx: Transaction<Database>, device: DeviceRow, taps: Tap[], now: Date): Promise<TapVerdict[]> {
+  const verdicts: (TapVerdict | undefined)[] = taps.map((tap) => {
+    const at = tap.at.getTime();
+    if (at < CLOCK_SET_AFTER) return rejected("clock_unset");
+    if (at > now.getTime() + CLOCK_SKEW_MS) return rejected("clock_ahead");
+    return undefined;
   });
-  const at = tap.at.getTime();
-  if (at < CLOCK_SET_AFTER) return rejected("clock_unset");
-  if (at > now.getTime() + CLOCK_SKEW_MS) return rejected("clock_ahead");
-  const student = await findStudentByCard(trx, device.livemode, tap.cardUid);
-  if (!student) return rejected("unknown_card");
-  const session = await sessionAt(trx, device.livemode, device.room, tap.at, EARLY_TAP_MS);
-  if (!session) return rejected("no_session", { student_id: student.id });
-  const ids = { student_id: student.id, session_id: session.id };
-  if (session.status !== "open") return rejected(`session_${session.status}`, ids);
-  if (!(await isEnrolled(trx, device.livemode, session.course_code, student.id))) return rejected("not_enrolled", ids);
-  const status = at <= Date.parse(session.starts_at) + LATE_AFTER_MS ? "present" : "late";
-  const { recordId, effect } = await captureFromDevice(trx, { device, session, student, status, at: tap.at });
-  return { result: "accepted", reason: effect === "created" ? null : effect, ...ids, record_id: recordId };
+  const open = taps.filter((_, i) => verdicts[i] === undefined);
+  if (open.length === 0) return verdicts as TapVerdict[];
+  const cards = await findStudentsByCards(trx, device.livemode, [...new Set(open.map((t) => t.cardUid))]);
+  const studentOf = new Map(cards.rows.map((s) => [s.card_uid!, s]));
+  const times = open.map((t) => t.at.getTime());
+  const { rows: sessions } = await sessionsInRoom(
+    trx,
+    device.livemode,
+    device.room,
+    new Date(Math.max(...times) + EARLY_TAP_MS).toISOString(),
+    new Date(Math.min(...times)).toISOString(),
+  );
+  const matched = taps.map((tap, i) => {
+    if (verdicts[i]) return undefined;
+    const student = studentOf.get(tap.cardUid);
+    if (!student) {
+      verdicts[i] = rejected("unknown_card");
+      return undefined;
+    }
+    const session = sessionFor(sessions, tap.at.getTime());
+    if (!session) {
+      verdicts[i] = rejected("no_session", { student_id: student.id });
+      return undefined;
+    }
+    if (session.status !== "open") {
+      verdicts[i] = rejected(`session_${session.status}`, { student_id: student.id, session_id: session.id });
+      return undefined;
+    }
+    return { student, session };
+  });
+  const candidates = matched.filter((m) => m !== undefined);
+  const enrolled = new Set<string>();
+  if (candidates.length > 0) {
+    const { rows } = await findEnrolments(
+      trx,
+      device.livemode,
+      [...new Set(candidates.map((m) => m.session.course_code))],
+      [...new Set(candidates.map((m) => m.student.id))],
+    );
+    for (const row of rows) enrolled.add(`${row.course_code} ${row.student_id}`);
+  }
+  const captures: { index: number; input: CaptureInput }[] = [];
+  matched.forEach((match, i) => {
+    if (!match) return;
+    const { student, session } = match;
+    if (!enrolled.has(`${session.course_code} ${student.id}`)) {
+      verdicts[i] = rejected("not_enrolled", { student_id: student.id, session_id: session.id });
+      return;
+    }
+    const tap = taps[i]!;
+    const status = tap.at.getTime() <= Date.parse(session.starts_at) + LATE_AFTER_MS ? "present" : "late";
+    captures.push({ index: i, input: { device, session, student, status, at: tap.at } });
+  });
+  const outcomes = await captureFromDevices(trx, captures.map((c) => c.input));
+  captures.forEach(({ index, input }, k) => {
+    const { recordId, effect } = outcomes[k]!;
+    verdicts[index] = {
+      result: "accepted",
+      reason: effect === "created" ? null : effect,
+      student_id: input.student.id,
+      session_id: input.session.id,
+      record_id: recordId,
+    };
+  });
+  return verdicts as TapVerdict[];
+}
+
+/**
+ * Every tap's verdict: a tap stored before (a replay, or the same tap twice in this sync) keeps
+ * the verdict it got; the new ones are judged as a set and stored in one insert.
+ */
+async function answerTaps(trx: Transaction<Database>, device: DeviceRow, taps: Tap[], now: Date): Promise<TapVerdict[]> {
+  if (taps.length === 0) return [];
+  const keyOf = (cardUid: string, tappedAt: string) => `${cardUid} ${tappedAt}`;
+  const tappedAts = taps.map((tap) => tap.at.toISOString());
+  const stored = new Map<string, TapVerdict>();
+  const found = await findTaps(trx, device.id, [...new Set(taps.map((t) => t.cardUid))], [...new Set(tappedAts)]);
+  for (const { card_uid, tapped_at, ...verdict } of found.rows) stored.set(keyOf(card_uid, tapped_at), verdict);
+  const fresh: Tap[] = [];
+  const firstOfKey = new Map<string, number>();
+  taps.forEach((tap, i) => {
+    const key = keyOf(tap.cardUid, tappedAts[i]!);
+    if (stored.has(key) || firstOfKey.has(key)) return;
+    firstOfKey.set(key, fresh.length);
+    fresh.push(tap);
+  });
+  const verdicts = await judgeTaps(trx, device, fresh, now);
+  if (fresh.length > 0) {
+    await insertTaps(
+      trx,
+      fresh.map((tap, i) => ({
+        id: newId("tap", now.getTime()),
+        livemode: device.livemode,
+        device_id: device.id,
+        card_uid: tap.cardUid,
+        tapped_at: tap.at.toISOString(),
+        received_at: now.toISOString(),
+        ...verdicts[i]!,
+      })),
+    );
+  }
+  return taps.map((tap, i) => {
+    const key = keyOf(tap.cardUid, tappedAts[i]!);
+    return stored.get(key) ?? verdicts[firstOfKey.get(key)!]!;
+  });
 }
 
 async function storeReport(trx: Transaction<Database>, device: DeviceRow, report: OtaReport, now: Date): Promise<void> {
@@ -140,25 +252,11 @@ export function badgeSync(writes: WriteBatcher) {
         now.toISOString(),
       );
       if (report) await storeReport(trx, device, report, now);
-      const lines: ResponseLine[] = [];
-      for (const tap of taps) {
-        const tappedAt = tap.at.toISOString();
-        let verdict: TapVerdict | undefined = await findTap(trx, device.id, tap.cardUid, tappedAt);
-        if (!verdict) {
-          verdict = await judgeTap(trx, device, tap, now);
-          await insertTap(trx, {
-            id: newId("tap", now.getTime()),
-            livemode: device.livemode,
-            device_id: device.id,
-            card_uid: tap.cardUid,
-            tapped_at: tappedAt,
-            received_at: now.toISOString(),
-            ...verdict,
-          });
-        }
-        lines.push(verdict.result === "accepted" ? { letter: "A", value: tap.n } : { letter: "R", value: `${tap.n} ${verdict.reason}` });
-      }
-      return lines;
+      const verdicts = await answerTaps(trx, device, taps, now);
+      return taps.map((tap, i): ResponseLine => {
+        const verdict = verdicts[i]!;
+        return verdict.result === "accepted" ? { letter: "A", value: tap.n } : { letter: "R", value: `${tap.n} ${verdict.reason}` };
+      });
     });
     sendLines(res, 200, RECHECK_AFTER_S.sync, [
       { letter: "T", value: String(Math.floor(now.getTime() / 1000)) },

@@ -87,7 +87,11 @@ function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map
   }
 }
 
-export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logger: Logger }): Router {
+/**
+ * `logSynced` resolves once every commit made so far is on disk (Store.logSynced): a tool call's
+ * write commits outside the group commit, so its answer waits for it, as every acknowledged write does.
+ */
+export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logger: Logger; logSynced: () => Promise<void> }): Router {
   const tools = pipelineTools(deps.codec);
   const toolsByName = new Map(tools.map((tool) => [tool.name, tool]));
   const router = Router();
@@ -107,7 +111,9 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
       const response = await transport.handleRequest(new Request("http://localhost/api/mcp", { method: "POST", headers }), {
         parsedBody: { jsonrpc: "2.0", id: message.id, method: message.method, params: message.params },
       });
-      res.status(response.status).type("application/json").send(await response.text());
+      const body = await response.text();
+      if (message.method === "tools/call") await deps.logSynced();
+      res.status(response.status).type("application/json").send(body);
     } finally {
       await server.close();
     }

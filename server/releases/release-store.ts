@@ -35,7 +35,8 @@ export class ReleaseStore {
   readonly imagesDir: string;
   readonly manifestFile: string;
   #cached: CachedManifest | undefined;
-  readonly #images = new Map<string, Buffer>();
+  /** Image reads by file, started or finished: concurrent first downloads share one read. */
+  readonly #images = new Map<string, Promise<Buffer>>();
 
   constructor(dataDir: string) {
     this.dir = path.join(dataDir, RELEASES_DIR);
@@ -77,15 +78,22 @@ export class ReleaseStore {
    * downloading the same release then share one buffer instead of each reading the file.
    * Checked against the manifest's SHA-256 when read, so a damaged file is never served.
    */
-  async imageBytes(entry: ReleaseEntry): Promise<Buffer> {
+  imageBytes(entry: ReleaseEntry): Promise<Buffer> {
     const cached = this.#images.get(entry.file);
     if (cached) return cached;
+    const read = this.#readImage(entry);
+    if (this.#images.size >= CACHED_IMAGES) this.#images.delete(this.#images.keys().next().value!);
+    this.#images.set(entry.file, read);
+    // A failed read is not kept: the next download tries again.
+    read.catch(() => this.#images.get(entry.file) === read && this.#images.delete(entry.file));
+    return read;
+  }
+
+  async #readImage(entry: ReleaseEntry): Promise<Buffer> {
     const bytes = await fs.promises.readFile(this.imagePath(entry));
     if (bytes.length !== entry.size || sha256Hex(bytes) !== entry.sha256) {
       throw new ReleaseStoreError(`release image ${this.imagePath(entry)} does not match its manifest entry (size or SHA-256)`);
     }
-    if (this.#images.size >= CACHED_IMAGES) this.#images.delete(this.#images.keys().next().value!);
-    this.#images.set(entry.file, bytes);
     return bytes;
   }
 

@@ -37,7 +37,14 @@ function checkEventTypes(types: string[]): string[] {
   return types.includes("*") ? ["*"] : [...new Set(types)];
 }
 
-export function webhookEndpointsRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; gate: IdempotencyGate; webhooks: webhooks.WebhookContext }): Router {
+/** `logSynced`: see Store.logSynced; a delete commits outside the group commit and is answered once it is on disk. */
+export function webhookEndpointsRoutes(deps: {
+  db: Kysely<Database>;
+  codec: CursorCodec;
+  gate: IdempotencyGate;
+  webhooks: webhooks.WebhookContext;
+  logSynced: () => Promise<void>;
+}): Router {
   const router = Router();
   const scope = requireScope("webhooks:write");
 
@@ -75,7 +82,9 @@ export function webhookEndpointsRoutes(deps: { db: Kysely<Database>; codec: Curs
   });
 
   router.delete("/webhook_endpoints/:id", scope, async (req, res) => {
-    res.json(await webhooks.deleteEndpoint(deps.db, principalOf(req).livemode, pathId(req.params)));
+    const deleted = await webhooks.deleteEndpoint(deps.db, principalOf(req).livemode, pathId(req.params));
+    await deps.logSynced();
+    res.json(deleted);
   });
 
   router.post("/webhook_endpoints/:id/roll_secret", scope, async (req, res) => {

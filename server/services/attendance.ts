@@ -14,7 +14,7 @@ import { newId } from "../ids.ts";
 import type { RecordStatus } from "../http/validation.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
-import type { Database, Db, Livemode } from "../store/schema.ts";
+import type { Database, Db, EventsTable, Livemode, RecordsTable } from "../store/schema.ts";
 import type { Principal } from "./api-keys.ts";
 import type { StoredResponse } from "./idempotency.ts";
 
@@ -159,6 +159,13 @@ export function actorOf(principal: Principal): Actor {
   return { type: "user", id: principal.user.id, name: principal.user.name };
 }
 
+/** An outbox row for the `events` table; write it in the transaction of the change it reports. */
+export function eventRow(livemode: Livemode, type: string, data: Record<string, unknown>, now: Date): EventsTable {
+  const id = newId("evt", now.getTime());
+  const event = { id, object: "event", type, created: Math.floor(now.getTime() / 1000), livemode: livemode === 1, data };
+  return { id, livemode, type, created_at: now.toISOString(), payload: JSON.stringify(event) };
+}
+
 export async function writeEvent(
   trx: Transaction<Database>,
   livemode: Livemode,
@@ -166,9 +173,7 @@ export async function writeEvent(
   data: Record<string, unknown>,
   now: Date,
 ): Promise<void> {
-  const id = newId("evt", now.getTime());
-  const event = { id, object: "event", type, created: Math.floor(now.getTime() / 1000), livemode: livemode === 1, data };
-  await store.insertEvent(trx, { id, livemode, type, created_at: now.toISOString(), payload: JSON.stringify(event) });
+  await store.insertEvents(trx, [eventRow(livemode, type, data, now)]);
 }
 
 export async function createRecord(
@@ -281,64 +286,97 @@ export interface CaptureInput {
 export type CaptureOutcome = { recordId: string; effect: "created" | "took_over" | "already_marked" };
 
 /**
- * A device capture (a card tap the badge synced). Device captures are authoritative: a record
- * made another way (the API) is taken over, with a history entry whose actor is the device; a
- * student already marked by a device keeps the first capture.
+ * Device captures (the card taps of one badge sync), in order, as a set: one lookup of the
+ * records they touch, one insert of the new records and one of their events. Device captures
+ * are authoritative: a record made another way (the API) is taken over, with a history entry
+ * whose actor is the device; a student already marked by a device (earlier, or by a capture
+ * before this one in the set) keeps the first capture.
  */
-export async function captureFromDevice(trx: Transaction<Database>, input: CaptureInput): Promise<CaptureOutcome> {
-  const { device, session, student } = input;
-  const livemode = device.livemode;
-  const actor: Actor = { type: "device", id: device.id, name: device.name };
+export async function captureFromDevices(trx: Transaction<Database>, captures: CaptureInput[]): Promise<CaptureOutcome[]> {
+  if (captures.length === 0) return [];
+  const pair = (sessionId: string, studentId: string) => `${sessionId} ${studentId}`;
+  const known = new Map<string, { id: string; status: string; method: string }>();
+  const found = await store.findRecordsAmong(
+    trx,
+    [...new Set(captures.map((c) => c.session.id))],
+    [...new Set(captures.map((c) => c.student.id))],
+  );
+  for (const row of found.rows) known.set(pair(row.session_id, row.student_id), row);
   const now = new Date();
-  const existing = await store.findRecordFor(trx, session.id, student.id);
-  if (existing?.method === "device") return { recordId: existing.id, effect: "already_marked" };
-  if (existing) {
-    const reason = `device capture by ${device.name} replaces the ${existing.method} mark`;
-    await store.takeOverRecord(trx, existing.id, { status: input.status, device_id: device.id, updated_at: now.toISOString() });
-    await store.appendHistory(trx, {
-      id: newId("hst", now.getTime()),
-      record_id: existing.id,
-      at: now.toISOString(),
-      from_status: existing.status,
-      to_status: input.status,
-      reason,
-      actor_type: actor.type,
-      actor_id: actor.id,
-      actor_name: actor.name,
-    });
-    const record = await getRecord(trx, livemode, existing.id);
-    await writeEvent(
-      trx,
-      livemode,
-      "attendance.updated",
-      { object: record, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
-      now,
-    );
-    return { recordId: existing.id, effect: "took_over" };
+  const records: RecordsTable[] = [];
+  const events: EventsTable[] = [];
+  const outcomes: CaptureOutcome[] = [];
+  for (const capture of captures) {
+    const { device, session, student } = capture;
+    const key = pair(session.id, student.id);
+    const existing = known.get(key);
+    if (existing?.method === "device") {
+      outcomes.push({ recordId: existing.id, effect: "already_marked" });
+    } else if (existing) {
+      await takeOver(trx, capture, existing, now);
+      known.set(key, { ...existing, method: "device" });
+      outcomes.push({ recordId: existing.id, effect: "took_over" });
+    } else {
+      const row: RecordsTable = {
+        id: newId("att", capture.at.getTime()),
+        livemode: device.livemode,
+        session_id: session.id,
+        student_id: student.id,
+        course_code: session.course_code,
+        status: capture.status,
+        recorded_at: capture.at.toISOString(),
+        method: "device",
+        device_id: device.id,
+        reason: null,
+        created_at: now.toISOString(),
+        updated_at: now.toISOString(),
+      };
+      const record = toDetail({
+        ...row,
+        student_external_id: student.external_id,
+        student_name: student.name,
+        session_room: session.room,
+        device_model: device.model,
+        history: [],
+      });
+      records.push(row);
+      events.push(eventRow(device.livemode, "attendance.recorded", { object: record, actor: deviceActor(device) }, now));
+      known.set(key, { id: row.id, status: row.status, method: row.method });
+      outcomes.push({ recordId: row.id, effect: "created" });
+    }
   }
-  const row = {
-    id: newId("att", input.at.getTime()),
-    livemode,
-    session_id: session.id,
-    student_id: student.id,
-    course_code: session.course_code,
-    status: input.status,
-    recorded_at: input.at.toISOString(),
-    method: "device",
-    device_id: device.id,
-    reason: null,
-    created_at: now.toISOString(),
-    updated_at: now.toISOString(),
-  };
-  await store.insertRecordIfAbsent(trx, row);
-  const record = toDetail({
-    ...row,
-    student_external_id: student.external_id,
-    student_name: student.name,
-    session_room: session.room,
-    device_model: device.model,
-    history: [],
+  if (records.length > 0) {
+    await store.insertRecords(trx, records);
+    await store.insertEvents(trx, events);
+  }
+  return outcomes;
+}
+
+const deviceActor = (device: CaptureInput["device"]): Actor => ({ type: "device", id: device.id, name: device.name });
+
+/** A device capture taking over a record another method made: the change, its history entry and its event. */
+async function takeOver(trx: Transaction<Database>, capture: CaptureInput, existing: { id: string; status: string; method: string }, now: Date) {
+  const { device } = capture;
+  const actor = deviceActor(device);
+  const reason = `device capture by ${device.name} replaces the ${existing.method} mark`;
+  await store.takeOverRecord(trx, existing.id, { status: capture.status, device_id: device.id, updated_at: now.toISOString() });
+  await store.appendHistory(trx, {
+    id: newId("hst", now.getTime()),
+    record_id: existing.id,
+    at: now.toISOString(),
+    from_status: existing.status,
+    to_status: capture.status,
+    reason,
+    actor_type: actor.type,
+    actor_id: actor.id,
+    actor_name: actor.name,
   });
-  await writeEvent(trx, livemode, "attendance.recorded", { object: record, actor }, now);
-  return { recordId: row.id, effect: "created" };
+  const record = await getRecord(trx, device.livemode, existing.id);
+  await writeEvent(
+    trx,
+    device.livemode,
+    "attendance.updated",
+    { object: record, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
+    now,
+  );
 }

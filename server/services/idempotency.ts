@@ -5,10 +5,11 @@
 // that arrives while the first attempt runs waits for it and gets the same response, so a
 // burst of identical retries yields one write and identical answers.
 import { createHash } from "node:crypto";
-import type { Kysely, Transaction } from "kysely";
+import type { Transaction } from "kysely";
 import { ApiError } from "../errors.ts";
 import type { Database, Livemode } from "../store/schema.ts";
 import * as store from "../store/idempotency-store.ts";
+import { inSavepoint, type WriteBatcher } from "../store/write-batcher.ts";
 
 export interface StoredResponse {
   status: number;
@@ -40,6 +41,19 @@ export function requestFingerprint(method: string, path: string, body: unknown):
   return createHash("sha256").update(`${method} ${path}\n${canonicalJson(body ?? null)}`).digest("hex");
 }
 
+/**
+ * The operation's response: what it returns, or the refusal it throws (a business failure is a
+ * response too, stored and replayed), with whatever it wrote before refusing undone.
+ */
+async function respond(trx: Transaction<Database>, operation: Operation): Promise<StoredResponse> {
+  try {
+    return await inSavepoint(trx, () => operation(trx));
+  } catch (error) {
+    if (error instanceof ApiError && error.status < 500) return { status: error.status, body: error.toBody() };
+    throw error;
+  }
+}
+
 const reused = (key: string) =>
   new ApiError(
     422,
@@ -49,11 +63,11 @@ const reused = (key: string) =>
   );
 
 export class IdempotencyGate {
-  readonly #db: Kysely<Database>;
+  readonly #writes: WriteBatcher;
   readonly #running = new Map<string, { fingerprint: string; done: Promise<StoredResponse> }>();
 
-  constructor(db: Kysely<Database>) {
-    this.#db = db;
+  constructor(writes: WriteBatcher) {
+    this.#writes = writes;
   }
 
   async run(livemode: Livemode, key: string, fingerprint: string, operation: Operation): Promise<IdempotentResult> {
@@ -76,15 +90,20 @@ export class IdempotencyGate {
     }
   }
 
+  // Two group-committed steps: the reservation commits first, so another server process sees
+  // the key in flight (409) while the write runs; then the write, its response and the key's
+  // completion commit together. Requests arriving together share each step's transaction. Only
+  // the second waits for the disk: a reservation is visible from its commit on, and one lost in a
+  // power cut had been acknowledged to nobody.
   async #execute(livemode: Livemode, key: string, fingerprint: string, operation: Operation): Promise<IdempotentResult> {
     const now = new Date();
-    const existing = await this.#db.transaction().execute(async (trx) => {
+    const existing = await this.#writes.run(async (trx) => {
       const row = await store.findIdempotencyKey(trx, livemode, key);
       const stale = row?.state === "in_flight" && now.getTime() - Date.parse(row.locked_at) > STALE_RESERVATION_MS;
       if (row && !stale) return row;
       await store.reserveIdempotencyKey(trx, { livemode, key, fingerprint, now: now.toISOString() });
       return undefined;
-    });
+    }, { durable: false });
     if (existing) {
       if (existing.fingerprint !== fingerprint) throw reused(key);
       if (existing.state === "in_flight") {
@@ -96,28 +115,25 @@ export class IdempotencyGate {
           { headers: { "Retry-After": "1" } },
         );
       }
+      // The stored response may come from a commit whose log sync is still under way.
+      await this.#writes.synced();
       return { status: existing.status_code!, body: JSON.parse(existing.response_body!), replayed: true };
     }
     try {
-      const response = await this.#db.transaction().execute(async (trx) => {
-        const result = await operation(trx);
+      const response = await this.#writes.run(async (trx) => {
+        const result = await respond(trx, operation);
         await store.completeIdempotencyKey(trx, livemode, key, result);
         return result;
       });
       return { ...response, replayed: false };
     } catch (error) {
-      if (error instanceof ApiError && error.status < 500) {
-        const response = { status: error.status, body: error.toBody() };
-        await store.completeIdempotencyKey(this.#db, livemode, key, response);
-        return { ...response, replayed: false };
-      }
       // An unexpected failure wrote nothing; free the key so the client's retry can run.
-      await store.releaseIdempotencyKey(this.#db, livemode, key);
+      await this.#writes.run((trx) => store.releaseIdempotencyKey(trx, livemode, key));
       throw error;
     }
   }
 
   async purgeExpired(now = Date.now()): Promise<number> {
-    return store.purgeIdempotencyKeys(this.#db, new Date(now - KEY_RETENTION_MS).toISOString());
+    return this.#writes.run((trx) => store.purgeIdempotencyKeys(trx, new Date(now - KEY_RETENTION_MS).toISOString()));
   }
 }

@@ -1,3 +1,4 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { ApiKeysTable, Db } from "./schema.ts";
 
 export interface ApiKeyRow extends ApiKeysTable {
@@ -23,8 +24,10 @@ const withUser = (db: Db) =>
     .selectAll("api_keys")
     .select("users.name as user_name");
 
+const byLookup = compiledQuery((db: Db, lookup: string) => withUser(db).where("api_keys.lookup", "=", lookup));
+
 export async function findApiKeyByLookup(db: Db, lookup: string): Promise<ApiKeyRow | undefined> {
-  return withUser(db).where("api_keys.lookup", "=", lookup).executeTakeFirst();
+  return (await byLookup(db, lookup)).rows[0];
 }
 
 export async function listApiKeys(db: Db): Promise<ApiKeyRow[]> {

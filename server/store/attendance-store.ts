@@ -1,3 +1,4 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 
 export async function findStudent(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }) {
@@ -7,13 +8,7 @@ export async function findStudent(db: Db, livemode: Livemode, by: { id?: string;
   return query.executeTakeFirst();
 }
 
-/** The student, and whether they are enrolled in `courseCode`, in one query. */
-export async function findStudentInCourse(
-  db: Db,
-  livemode: Livemode,
-  by: { id?: string; external_id?: string },
-  courseCode: string,
-) {
+const studentInCourse = compiledQuery((db: Db, livemode: Livemode, by: { id?: string; external_id?: string }, courseCode: string) => {
   let query = db
     .selectFrom("students")
     .leftJoin("enrollments", (join) =>
@@ -27,7 +22,12 @@ export async function findStudentInCourse(
     .where("students.livemode", "=", livemode);
   if (by.id !== undefined) query = query.where("students.id", "=", by.id);
   if (by.external_id !== undefined) query = query.where("students.external_id", "=", by.external_id);
-  return query.executeTakeFirst();
+  return query;
+});
+
+/** The student, and whether they are enrolled in `courseCode`, in one query. */
+export async function findStudentInCourse(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }, courseCode: string) {
+  return (await studentInCourse(db, livemode, by, courseCode)).rows[0];
 }
 
 export async function findRecordFor(db: Db, sessionId: string, studentId: string) {
@@ -39,14 +39,17 @@ export async function findRecordFor(db: Db, sessionId: string, studentId: string
     .executeTakeFirst();
 }
 
-/** Inserts the record unless the student already has one in the session; returns whether it did. */
-export async function insertRecordIfAbsent(db: Db, row: RecordsTable): Promise<boolean> {
-  const result = await db
+const insertUnlessRecorded = compiledQuery((db: Db, row: RecordsTable) =>
+  db
     .insertInto("records")
     .values(row)
-    .onConflict((oc) => oc.columns(["session_id", "student_id"]).doNothing())
-    .executeTakeFirst();
-  return Number(result.numInsertedOrUpdatedRows ?? 0n) > 0;
+    .onConflict((oc) => oc.columns(["session_id", "student_id"]).doNothing()),
+);
+
+/** Inserts the record unless the student already has one in the session; returns whether it did. */
+export async function insertRecordIfAbsent(db: Db, row: RecordsTable): Promise<boolean> {
+  const result = await insertUnlessRecorded(db, row);
+  return Number(result.numAffectedRows ?? 0n) > 0;
 }
 
 export async function findRecord(db: Db, livemode: Livemode, id: string) {
@@ -65,10 +68,6 @@ export async function appendHistory(db: Db, row: Omit<HistoryTable, "seq">): Pro
     .where("record_id", "=", row.record_id)
     .executeTakeFirst();
   await db.insertInto("record_history").values({ ...row, seq: Number(last?.seq ?? 0) + 1 }).execute();
-}
-
-export async function insertEvent(db: Db, row: EventsTable): Promise<void> {
-  await db.insertInto("events").values(row).execute();
 }
 
 export async function findRecordDetail(db: Db, livemode: Livemode, id: string) {
@@ -162,22 +161,34 @@ export async function takeOverRecord(
     .execute();
 }
 
-export async function findStudentByCard(db: Db, livemode: Livemode, cardUid: string) {
-  return db
+/** The students holding these cards (a card unknown in this mode has no row). */
+export const findStudentsByCards = compiledQuery((db: Db, livemode: Livemode, cardUids: string[]) =>
+  db
     .selectFrom("students")
-    .select(["id", "external_id", "name"])
+    .select(["id", "external_id", "name", "card_uid"])
     .where("livemode", "=", livemode)
-    .where("card_uid", "=", cardUid)
-    .executeTakeFirst();
-}
+    .where("card_uid", "in", cardUids),
+);
 
-export async function isEnrolled(db: Db, livemode: Livemode, courseCode: string, studentId: string): Promise<boolean> {
-  const row = await db
+/** Enrolments among the given courses and students: a superset the caller matches pair by pair. */
+export const findEnrolments = compiledQuery((db: Db, livemode: Livemode, courseCodes: string[], studentIds: string[]) =>
+  db
     .selectFrom("enrollments")
-    .select("student_id")
+    .select(["course_code", "student_id"])
     .where("livemode", "=", livemode)
-    .where("course_code", "=", courseCode)
-    .where("student_id", "=", studentId)
-    .executeTakeFirst();
-  return row !== undefined;
-}
+    .where("course_code", "in", courseCodes)
+    .where("student_id", "in", studentIds),
+);
+
+/** Records among the given sessions and students: a superset the caller matches pair by pair. */
+export const findRecordsAmong = compiledQuery((db: Db, sessionIds: string[], studentIds: string[]) =>
+  db
+    .selectFrom("records")
+    .select(["id", "session_id", "student_id", "status", "method"])
+    .where("session_id", "in", sessionIds)
+    .where("student_id", "in", studentIds),
+);
+
+export const insertRecords = compiledQuery((db: Db, rows: RecordsTable[]) => db.insertInto("records").values(rows));
+
+export const insertEvents = compiledQuery((db: Db, rows: EventsTable[]) => db.insertInto("events").values(rows));

@@ -1,3 +1,4 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, DevicesTable, Livemode } from "./schema.ts";
 
 export type DeviceRow = DevicesTable;
@@ -12,8 +13,10 @@ export async function findDevice(db: Db, id: string, livemode?: Livemode): Promi
   return query.executeTakeFirst();
 }
 
+const byTokenLookup = compiledQuery((db: Db, lookup: string) => db.selectFrom("devices").selectAll().where("token_lookup", "=", lookup));
+
 export async function findDeviceByTokenLookup(db: Db, lookup: string): Promise<DeviceRow | undefined> {
-  return db.selectFrom("devices").selectAll().where("token_lookup", "=", lookup).executeTakeFirst();
+  return (await byTokenLookup(db, lookup)).rows[0];
 }
 
 export async function listDevices(
@@ -40,31 +43,23 @@ export interface DeviceReport {
   charging: Livemode | null;
 }
 
-export async function recordCheck(
-  db: Db,
-  id: string,
-  report: DeviceReport,
-  now: string,
-  offeredVersion: string | null,
-): Promise<void> {
-  await db
+export const recordCheck = compiledQuery((db: Db, id: string, report: DeviceReport, now: string, offeredVersion: string | null) =>
+  db
     .updateTable("devices")
     .set({
       ...report,
       last_check_at: now,
       ...(offeredVersion === null ? {} : { offered_version: offeredVersion, offered_at: now }),
     })
-    .where("id", "=", id)
-    .execute();
-}
+    .where("id", "=", id),
+);
 
-export async function recordSync(db: Db, id: string, report: DeviceReport, now: string): Promise<void> {
-  await db
+export const recordSync = compiledQuery((db: Db, id: string, report: DeviceReport, now: string) =>
+  db
     .updateTable("devices")
     .set({ ...report, last_sync_at: now })
-    .where("id", "=", id)
-    .execute();
-}
+    .where("id", "=", id),
+);
 
 export async function roomExists(db: Db, livemode: Livemode, code: string): Promise<boolean> {
   const row = await db

@@ -1,19 +1,16 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, Livemode } from "./schema.ts";
 
+const byKey = compiledQuery((db: Db, livemode: Livemode, key: string) =>
+  db.selectFrom("idempotency_keys").selectAll().where("livemode", "=", livemode).where("key", "=", key),
+);
+
 export async function findIdempotencyKey(db: Db, livemode: Livemode, key: string) {
-  return db
-    .selectFrom("idempotency_keys")
-    .selectAll()
-    .where("livemode", "=", livemode)
-    .where("key", "=", key)
-    .executeTakeFirst();
+  return (await byKey(db, livemode, key)).rows[0];
 }
 
-export async function reserveIdempotencyKey(
-  db: Db,
-  row: { livemode: Livemode; key: string; fingerprint: string; now: string },
-): Promise<void> {
-  await db
+export const reserveIdempotencyKey = compiledQuery((db: Db, row: { livemode: Livemode; key: string; fingerprint: string; now: string }) =>
+  db
     .insertInto("idempotency_keys")
     .values({
       livemode: row.livemode,
@@ -27,9 +24,16 @@ export async function reserveIdempotencyKey(
     })
     .onConflict((oc) =>
       oc.columns(["livemode", "key"]).doUpdateSet({ fingerprint: row.fingerprint, locked_at: row.now, created_at: row.now }),
-    )
-    .execute();
-}
+    ),
+);
+
+const complete = compiledQuery((db: Db, livemode: Livemode, key: string, statusCode: number, responseBody: string) =>
+  db
+    .updateTable("idempotency_keys")
+    .set({ state: "done", status_code: statusCode, response_body: responseBody })
+    .where("livemode", "=", livemode)
+    .where("key", "=", key),
+);
 
 export async function completeIdempotencyKey(
   db: Db,
@@ -37,22 +41,12 @@ export async function completeIdempotencyKey(
   key: string,
   response: { status: number; body: unknown },
 ): Promise<void> {
-  await db
-    .updateTable("idempotency_keys")
-    .set({ state: "done", status_code: response.status, response_body: JSON.stringify(response.body) })
-    .where("livemode", "=", livemode)
-    .where("key", "=", key)
-    .execute();
+  await complete(db, livemode, key, response.status, JSON.stringify(response.body));
 }
 
-export async function releaseIdempotencyKey(db: Db, livemode: Livemode, key: string): Promise<void> {
-  await db
-    .deleteFrom("idempotency_keys")
-    .where("livemode", "=", livemode)
-    .where("key", "=", key)
-    .where("state", "=", "in_flight")
-    .execute();
-}
+export const releaseIdempotencyKey = compiledQuery((db: Db, livemode: Livemode, key: string) =>
+  db.deleteFrom("idempotency_keys").where("livemode", "=", livemode).where("key", "=", key).where("state", "=", "in_flight"),
+);
 
 export async function purgeIdempotencyKeys(db: Db, createdBefore: string): Promise<number> {
   const result = await db.deleteFrom("idempotency_keys").where("created_at", "<", createdBefore).executeTakeFirst();

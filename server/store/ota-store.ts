@@ -1,23 +1,12 @@
 import type { Kysely } from "kysely";
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, FetchOutcome, Livemode, OtaFetchesTable, OtaReportsTable } from "./schema.ts";
 
-export async function insertFetch(db: Db, row: OtaFetchesTable): Promise<void> {
-  await db.insertInto("ota_fetches").values(row).execute();
-}
+export const insertFetch = compiledQuery((db: Db, row: OtaFetchesTable) => db.insertInto("ota_fetches").values(row));
 
-export async function finishFetch(
-  db: Db,
-  id: string,
-  outcome: Exclude<FetchOutcome, "sending">,
-  bytesSent: number,
-  now: string,
-): Promise<void> {
-  await db
-    .updateTable("ota_fetches")
-    .set({ outcome, bytes_sent: bytesSent, ended_at: now })
-    .where("id", "=", id)
-    .execute();
-}
+export const finishFetch = compiledQuery((db: Db, id: string, outcome: Exclude<FetchOutcome, "sending">, bytesSent: number, now: string) =>
+  db.updateTable("ota_fetches").set({ outcome, bytes_sent: bytesSent, ended_at: now }).where("id", "=", id),
+);
 
 export async function latestFetch(db: Db, deviceId: string): Promise<OtaFetchesTable | undefined> {
   return db

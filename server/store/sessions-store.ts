@@ -1,9 +1,13 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, Livemode } from "./schema.ts";
 
+const byId = compiledQuery((db: Db, id: string, livemode: Livemode | undefined) => {
+  const query = db.selectFrom("sessions").selectAll().where("id", "=", id);
+  return livemode === undefined ? query : query.where("livemode", "=", livemode);
+});
+
 export async function findSession(db: Db, id: string, livemode?: Livemode) {
-  let query = db.selectFrom("sessions").selectAll().where("id", "=", id);
-  if (livemode !== undefined) query = query.where("livemode", "=", livemode);
-  return query.executeTakeFirst();
+  return (await byId(db, id, livemode)).rows[0];
 }
 
 export type SessionRow = NonNullable<Awaited<ReturnType<typeof findSession>>>;

@@ -1,35 +1,37 @@
+import { compiledQuery } from "./compiled-query.ts";
 import type { Db, DeviceTapsTable, Livemode, TapResult } from "./schema.ts";
 
-export async function findTap(db: Db, deviceId: string, cardUid: string, tappedAt: string) {
-  return db
+/**
+ * The badge's stored taps among the given cards and seconds: a superset of the taps asked for
+ * (every card with every second), which the caller matches pair by pair.
+ */
+export const findTaps = compiledQuery((db: Db, deviceId: string, cardUids: string[], tappedAts: string[]) =>
+  db
     .selectFrom("device_taps")
-    .select(["result", "reason", "session_id", "student_id", "record_id"])
+    .select(["card_uid", "tapped_at", "result", "reason", "session_id", "student_id", "record_id"])
     .where("device_id", "=", deviceId)
-    .where("card_uid", "=", cardUid)
-    .where("tapped_at", "=", tappedAt)
-    .executeTakeFirst();
-}
+    .where("card_uid", "in", cardUids)
+    .where("tapped_at", "in", tappedAts),
+);
 
-export async function insertTap(db: Db, row: DeviceTapsTable): Promise<void> {
-  await db.insertInto("device_taps").values(row).execute();
-}
+export const insertTaps = compiledQuery((db: Db, rows: DeviceTapsTable[]) => db.insertInto("device_taps").values(rows));
 
 /**
- * The session in `room` a tap at `at` belongs to: one that has started (or starts within
- * `earlyMs`) and has not ended; of several, the one that started last.
+ * The sessions in `room` that a tap between two moments can belong to: started (or starting
+ * within the early margin, already added to `startsBy`) by `startsBy` and not ended before
+ * `endsFrom`; latest start first.
  */
-export async function sessionAt(db: Db, livemode: Livemode, room: string, at: Date, earlyMs: number) {
-  return db
+export const sessionsInRoom = compiledQuery((db: Db, livemode: Livemode, room: string, startsBy: string, endsFrom: string) =>
+  db
     .selectFrom("sessions")
-    .select(["id", "course_code", "room", "starts_at", "status"])
+    .select(["id", "course_code", "room", "starts_at", "ends_at", "status"])
     .where("livemode", "=", livemode)
     .where("room", "=", room)
-    .where("starts_at", "<=", new Date(at.getTime() + earlyMs).toISOString())
-    .where("ends_at", ">=", at.toISOString())
+    .where("starts_at", "<=", startsBy)
+    .where("ends_at", ">=", endsFrom)
     .orderBy("starts_at", "desc")
-    .limit(1)
-    .executeTakeFirst();
-}
+    .orderBy("id", "desc"),
+);
 
 export interface TapFilter {
   livemode: Livemode;

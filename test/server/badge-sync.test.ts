@@ -194,3 +194,35 @@ describe("bad syncs get a 400 with an X line and change nothing", () => {
     expect(await h.server.store.db.selectFrom("devices").selectAll().where("id", "=", h.devices.r1.id).executeTakeFirstOrThrow()).toEqual(device);
   });
 });
+
+describe("the taps of one sync are judged as a set", () => {
+  let fresh: BadgeHarness;
+  beforeAll(async () => {
+    fresh = await startBadgeHarness();
+  });
+  afterAll(() => fresh.close());
+
+  it("the same tap twice and one student twice in one sync: the first makes the record, the repeat is answered as the first", async () => {
+    const { mathStartsAt } = fresh.sessions;
+    const [s1, s2] = [fresh.cards[0]!, fresh.cards[1]!];
+    const answer = await fresh.sync(
+      fresh.devices.r1.token,
+      lines(...status(), tap(1, s1, minutesAfter(mathStartsAt, 1)), tap(2, s1, minutesAfter(mathStartsAt, 1)), tap(3, s1, minutesAfter(mathStartsAt, 8)), tap(4, s2, minutesAfter(mathStartsAt, 9))),
+    );
+    expect(answer.all("A")).toEqual(["1", "2", "3", "4"]);
+    expect(await fresh.count("records")).toBe(2);
+    expect(await fresh.count("events")).toBe(2);
+    const taps = await fresh.server.store.db.selectFrom("device_taps").selectAll().orderBy("tapped_at").execute();
+    expect(taps.map((t) => [t.card_uid, t.reason])).toEqual([
+      [s1, null],
+      [s1, "already_marked"],
+      [s2, null],
+    ]);
+    const records = await fresh.server.store.db.selectFrom("records").selectAll().orderBy("recorded_at").execute();
+    expect(records.map((r) => [r.id, r.status, r.recorded_at])).toEqual([
+      [taps[0]!.record_id, "present", new Date(unix(minutesAfter(mathStartsAt, 1)) * 1000).toISOString()],
+      [taps[2]!.record_id, "late", new Date(unix(minutesAfter(mathStartsAt, 9)) * 1000).toISOString()],
+    ]);
+    expect(taps[1]!.record_id).toBe(taps[0]!.record_id);
+  });
+});

@@ -79,11 +79,14 @@ export interface Server {
 }
 const servers = new Set<Server>();
 
-/** Starts `badgebench serve ...` and resolves once it printed its first stdout line. */
-export function serve(args: string[], env: Record<string, string> = {}): Promise<Server> {
-  const child = spawn(process.execPath, [SCRIPT, "serve", "--port", "0", ...args], {
+/**
+ * Starts `badgebench serve ...` (or `program`, e.g. the built dist/serve.js) and resolves once it
+ * printed its first stdout line.
+ */
+export function serve(args: string[], options: { program?: string[]; env?: Record<string, string> } = {}): Promise<Server> {
+  const child = spawn(process.execPath, [...(options.program ?? [SCRIPT, "serve"]), "--port", "0", ...args], {
     cwd: ROOT,
-    env: baseEnv(env),
+    env: baseEnv(options.env),
     stdio: ["ignore", "pipe", "pipe"],
   });
   let stdout = "";

@@ -4,6 +4,7 @@ import { createHash } from "node:crypto";
 import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OTA_SLOT_BYTES } from "../../firmware/index.ts";
+import { findRelease, ReleaseStore } from "../../server/releases/release-store.ts";
 import { lines, startBadgeHarness, type BadgeHarness } from "./badge-harness.ts";
 
 let h: BadgeHarness;
@@ -138,5 +139,15 @@ describe("what may be downloaded", () => {
     expect(missing.status).toBe(401);
     const apiKey = await h.badge("GET", "/api/badge/ota/download?v=2.0.0", h.keys.write);
     expect(apiKey.status).toBe(401);
+  });
+});
+
+describe("the release image in memory", () => {
+  it("is read once for concurrent first downloads: every one gets the same copy", async () => {
+    const releases = new ReleaseStore(h.dataDir);
+    const entry = findRelease(releases.read(), "2.0.0")!;
+    const copies = await Promise.all(Array.from({ length: 50 }, () => releases.imageBytes(entry)));
+    expect(new Set(copies).size).toBe(1);
+    expect(Buffer.compare(copies[0]!, Buffer.from(image))).toBe(0);
   });
 });

@@ -52,7 +52,7 @@ it("delivers every committed event after kill -9, three times over", async () =>
       body: body === undefined ? undefined : JSON.stringify(body),
     });
 
-  let server = await serve(["--data", dataDir], ENV);
+  let server = await serve(["--data", dataDir], { env: ENV });
   const endpoint = await (await call(server.url, "POST", "/v1/webhook_endpoints", { url: receiver.url, enabled_events: ["*"] })).json();
   expect(endpoint.id).toMatch(/^whe_/);
   const records: string[] = [];
@@ -85,7 +85,7 @@ it("delivers every committed event after kill -9, three times over", async () =>
     await Promise.all(writers);
     const received = new Set(receiver.deliveries.map((d) => d.event.id));
     missingAtKills += (await committedEventIds(dataDir)).filter((id) => !received.has(id)).length;
-    server = await serve(["--data", dataDir], ENV);
+    server = await serve(["--data", dataDir], { env: ENV });
   }
 
   const committed = await committedEventIds(dataDir);

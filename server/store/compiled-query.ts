@@ -1,0 +1,94 @@
+// Queries compiled once. Kysely builds an operation tree and compiles it to SQL on every call,
+// which costs more than SQLite takes to run the small statements of the hot paths (the CPU
+// profiles in the root README's Benchmarks section). A compiled query is built and compiled once
+// per argument shape, with placeholders in place of the arguments; each call reuses that SQL
+// (and so the prepared statement) with its own values put where the placeholders were.
+//
+// The shape of the arguments is their structure: array lengths, the keys of plain objects that
+// are not undefined, and where undefined, null and booleans stand (a builder may branch on them). Strings,
+// numbers and other values are the values that change; a builder must pass them to Kysely as
+// they are (no arithmetic, no string building on them), which the compilation checks.
+import type { Compilable, CompiledQuery, QueryResult } from "kysely";
+import type { Db } from "./schema.ts";
+
+const PLACEHOLDER = "\u0000compiled-query-argument:";
+
+interface Template {
+  sql: string;
+  query: CompiledQuery["query"];
+  queryId: CompiledQuery["queryId"];
+  /** per SQL parameter: the index of the argument value it takes, or a constant of the builder */
+  bindings: ({ value: number } | { constant: unknown })[];
+}
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype;
+
+/** Walks `value`, appending its shape to `shape` and its changing values to `values`, in one order. */
+function flatten(value: unknown, shape: string[], values: unknown[]): void {
+  if (Array.isArray(value)) {
+    shape.push(`[${value.length}`);
+    for (const item of value) flatten(item, shape, values);
+  } else if (isPlainObject(value)) {
+    shape.push("{");
+    for (const key in value) {
+      if (value[key] === undefined) continue;
+      shape.push(key);
+      flatten(value[key], shape, values);
+    }
+    shape.push("}");
+  } else if (value === null || value === undefined || typeof value === "boolean") {
+    shape.push(String(value));
+  } else {
+    shape.push("?");
+    values.push(value);
+  }
+}
+
+/** `value` with each changing value replaced by a placeholder naming its index in flatten's order. */
+function withPlaceholders(value: unknown, counter: { next: number }): unknown {
+  if (Array.isArray(value)) return value.map((item) => withPlaceholders(item, counter));
+  if (isPlainObject(value)) {
+    const out: Record<string, unknown> = {};
+    for (const key in value) if (value[key] !== undefined) out[key] = withPlaceholders(value[key], counter);
+    return out;
+  }
+  if (value === null || value === undefined || typeof value === "boolean") return value;
+  return `${PLACEHOLDER}${counter.next++}`;
+}
+
+function compileTemplate<Args extends unknown[]>(db: Db, build: (db: Db, ...args: Args) => Compilable<unknown>, args: Args): Template {
+  const compiled = build(db, ...(withPlaceholders(args, { next: 0 }) as Args)).compile();
+  const bindings = compiled.parameters.map((parameter) => {
+    if (typeof parameter !== "string" || !parameter.includes(PLACEHOLDER)) return { constant: parameter };
+    const index = Number(parameter.slice(PLACEHOLDER.length));
+    if (!parameter.startsWith(PLACEHOLDER) || !Number.isInteger(index)) {
+      throw new Error(`compiled query: an argument was changed before it reached Kysely (${compiled.sql})`);
+    }
+    return { value: index };
+  });
+  return { sql: compiled.sql, query: compiled.query, queryId: compiled.queryId, bindings };
+}
+
+/**
+ * A query built by `build` and compiled once per argument shape (and per database: the SQL is
+ * the dialect's). Runs on a connection or inside a transaction, like the builder would.
+ */
+export function compiledQuery<Args extends unknown[], Row>(
+  build: (db: Db, ...args: Args) => Compilable<Row>,
+): (db: Db, ...args: Args) => Promise<QueryResult<Row>> {
+  const templates = new WeakMap<object, Map<string, Template>>();
+  return (db, ...args) => {
+    const shape: string[] = [];
+    const values: unknown[] = [];
+    flatten(args, shape, values);
+    const key = shape.join(" ");
+    const dialect = db.getExecutor().adapter;
+    let byShape = templates.get(dialect);
+    if (!byShape) templates.set(dialect, (byShape = new Map()));
+    let template = byShape.get(key);
+    if (!template) byShape.set(key, (template = compileTemplate(db, build, args)));
+    const parameters = template.bindings.map((binding) => ("value" in binding ? values[binding.value] : binding.constant));
+    return db.executeQuery<Row>({ sql: template.sql, query: template.query, queryId: template.queryId, parameters });
+  };
+}
