@@ -224,7 +224,9 @@ export async function sendTestDelivery(db: Kysely<Database>, ctx: WebhookContext
   const header = signatureHeader(body, signingSecrets(endpoint, now), event.created);
   const result = await ctx.sender.send(endpoint.url, body, { [SIGNATURE_HEADER]: header }, addressPolicy(livemode, ctx.config));
   const attempt = attemptRow({ endpoint_id: endpoint.id, event_id: event.id, event_type: type }, "test", now, result, null);
-  await db.transaction().execute((trx) => store.insertAttempts(trx, [attempt]));
+  await db.transaction().execute(async (trx) => {
+    if ((await store.existingEndpointIds(trx, [endpoint.id])).size > 0) await store.insertAttempts(trx, [attempt]);
+  });
   return {
     object: "webhook_test_delivery",
     endpoint: endpoint.id,

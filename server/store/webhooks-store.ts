@@ -61,6 +61,13 @@ export async function deleteEndpoint(db: Db, id: string): Promise<void> {
   await db.deleteFrom("webhook_endpoints").where("id", "=", id).execute();
 }
 
+/** Which of `ids` still exist (an endpoint may be deleted while an attempt to it runs). */
+export async function existingEndpointIds(db: Db, ids: string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const rows = await db.selectFrom("webhook_endpoints").select("id").where("id", "in", [...new Set(ids)]).execute();
+  return new Set(rows.map((r) => r.id));
+}
+
 export async function findEvent(db: Db, livemode: Livemode, id: string) {
   return db.selectFrom("events").select(["id", "type", "payload", "created_at"]).where("livemode", "=", livemode).where("id", "=", id).executeTakeFirst();
 }

@@ -67,6 +67,7 @@ export class DeliveryWorker {
 
   /** Look for work now (called after every write request, so new events go out at once). */
   wake = (): void => {
+    if (this.#stopping && this.#finished.length === 0 && this.#inFlight === 0) return;
     if (this.#pumping) {
       this.#pumpAgain = true;
       return;
@@ -173,7 +174,9 @@ export class DeliveryWorker {
   async #record(trx: Transaction<Database>, batch: Finished[], now: Date): Promise<void> {
     const attempts: WebhookAttemptsTable[] = [];
     const lastSuccess = new Map<string, string>();
+    const existing = await store.existingEndpointIds(trx, batch.map((f) => f.delivery.endpoint_id));
     for (const { delivery, token, attemptedAt, result } of batch) {
+      if (!existing.has(delivery.endpoint_id)) continue; // deleted meanwhile, with its deliveries and log
       const key = { endpoint_id: delivery.endpoint_id, event_id: delivery.event_id, lease_token: token };
       const succeeded = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300;
       if (this.#stopping && !succeeded) {
