@@ -8,7 +8,7 @@
 //      the server's memory.
 // The delay is measured from the record's created_at, the timestamp the server takes inside
 // the write's transaction, to the receiver reading the request: it includes the commit itself.
-// Usage: npx tsx scripts/bench-webhooks.ts [--events N] [--sync full|normal] [--json] [--cpu-prof DIR]
+// Usage: npx tsx scripts/bench-webhooks.ts [--events N] [--rate R] [--sync full|normal] [--json] [--cpu-prof DIR]
 // (--cpu-prof: the server writes a .cpuprofile into DIR when it stops)
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -92,8 +92,11 @@ async function startReceiver(): Promise<Receiver> {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { events: { type: "string", default: "10000" }, "cpu-prof": { type: "string" }, sync: { type: "string", default: "full" }, json: { type: "boolean", default: false } } });
+  const { values } = parseArgs({ options: { events: { type: "string", default: "10000" }, rate: { type: "string" }, "cpu-prof": { type: "string" }, sync: { type: "string", default: "full" }, json: { type: "boolean", default: false } } });
   const events = positiveInt("events", values.events);
+  // --rate paces the fan-out's creates (events per second) below what the server can take, so
+  // the delay shows the worker's own latency rather than a growing backlog.
+  const rate = values.rate === undefined ? undefined : positiveInt("rate", values.rate);
   const sync: SyncMode = syncModeOf(values.sync);
   const started = performance.now();
 
@@ -158,7 +161,7 @@ async function main(): Promise<void> {
       const without = medianRun(withoutRounds);
       const withEndpoints = medianRun(withRounds);
 
-      log(`fan-out: ${events} events to ${ENDPOINTS} endpoints`);
+      log(`fan-out: ${events} events to ${ENDPOINTS} endpoints${rate ? ` at ${rate} per second` : ""}`);
       const memory = { before: procMemory(child.pid!)!, peakRss: 0 };
       const sampler = setInterval(() => {
         const m = procMemory(child.pid!);
@@ -170,7 +173,9 @@ async function main(): Promise<void> {
       await Promise.all(
         Array.from({ length: FAN_OUT_CONCURRENCY }, async () => {
           while (sent < events) {
+            const due = rate === undefined ? 0 : fanOutStarted + (sent * 1000) / rate - Date.now();
             sent++;
+            if (due > 0) await new Promise((r) => setTimeout(r, due));
             const { i, body } = pair();
             const status = await post(`${url}/v1/attendance`, { ...headers, "idempotency-key": `fan-${i}` }, body, agent);
             if (status !== 201) throw new Error(`create answered ${status}`);
@@ -201,6 +206,7 @@ async function main(): Promise<void> {
         },
         fan_out: {
           events,
+          rate_per_second: rate ?? null,
           endpoints: ENDPOINTS,
           deliveries: delays.length,
           creates_seconds: round((createsDone - fanOutStarted) / 1000, 2),
@@ -270,7 +276,7 @@ function printReport(r: any): void {
     `   ${ENDPOINTS} endpoints receiving ${c.with_endpoints.rps} req/s  p50 ${c.with_endpoints.p50_ms} ms  p99 ${c.with_endpoints.p99_ms} ms  (rounds ${c.rounds_rps.with.join(", ")})`,
     `   ratio ${c.ratio} (target above ${c.target_ratio}) ${ok(c.ratio > c.target_ratio)}`,
     "",
-    `2. fan-out            ${f.events} events x ${f.endpoints} endpoints = ${f.deliveries} deliveries (creates took ${f.creates_seconds} s)`,
+    `2. fan-out            ${f.events} events x ${f.endpoints} endpoints = ${f.deliveries} deliveries (creates ${f.rate_per_second ? `paced at ${f.rate_per_second}/s, ` : ""}took ${f.creates_seconds} s)`,
     `   ${f.deliveries_per_second} deliveries/s`,
     `   commit to first attempt: median ${f.delay_median_ms} ms (target < ${f.target_median_ms}) ${ok(f.delay_median_ms < f.target_median_ms)}, p99 ${f.delay_p99_ms} ms (target < ${f.target_p99_ms}) ${ok(f.delay_p99_ms < f.target_p99_ms)}, max ${f.delay_max_ms} ms`,
     `   server RSS ${f.server_rss_before_mib} MiB before, ${f.server_rss_peak_mib} MiB peak, ${f.server_rss_after_mib} MiB after`,

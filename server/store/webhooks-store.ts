@@ -122,9 +122,9 @@ export async function markDispatched(db: Db, ids: string[], now: string): Promis
   }
 }
 
-/** Pending deliveries that are due (a leased one is due when its lease ends), of enabled endpoints not in `skipEndpoints`. */
-export async function dueDeliveries(db: Db, now: string, limit: number, skipEndpoints: string[]) {
-  let query = db
+/** One endpoint's pending deliveries that are due (a leased one is due when its lease ends), oldest first. */
+export async function dueDeliveriesOf(db: Db, endpointId: string, now: string, limit: number) {
+  return db
     .selectFrom("webhook_deliveries as d")
     .innerJoin("webhook_endpoints as e", "e.id", "d.endpoint_id")
     .innerJoin("events as ev", "ev.id", "d.event_id")
@@ -141,15 +141,16 @@ export async function dueDeliveries(db: Db, now: string, limit: number, skipEndp
       "ev.type as event_type",
       "ev.payload",
     ])
-    // A literal, not a bound parameter: SQLite uses the partial index only for the same constant.
+    .where("d.endpoint_id", "=", endpointId)
+    // A literal, not a bound parameter: SQLite uses a partial index only for the same constant.
     .where("d.state", "=", sql.lit("pending"))
     .where("d.next_attempt_at", "<=", now)
-    .where("e.status", "=", "enabled");
-  if (skipEndpoints.length > 0) query = query.where("d.endpoint_id", "not in", skipEndpoints);
-  return query.orderBy("d.next_attempt_at").limit(limit).execute();
+    .orderBy("d.next_attempt_at")
+    .limit(limit)
+    .execute();
 }
 
-export type DueDelivery = Awaited<ReturnType<typeof dueDeliveries>>[number];
+export type DueDelivery = Awaited<ReturnType<typeof dueDeliveriesOf>>[number];
 
 /** Leases the deliveries to one claim: due again at `leaseUntil` unless settled by `token` first. */
 export async function leaseDeliveries(db: Db, keys: { endpoint_id: string; event_id: string }[], leaseUntil: string, token: string): Promise<void> {

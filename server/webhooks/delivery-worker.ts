@@ -17,6 +17,10 @@ import type { AttemptResult, WebhookSender } from "./webhook-sender.ts";
 import type { AddressPolicy } from "./address-guard.ts";
 
 const FAN_OUT_BATCH = 500;
+/** Ticks are at least this far apart, so wakes in between fold into one transaction. */
+const MIN_TICK_INTERVAL_MS = 5;
+
+type EnabledEndpoint = { id: string; livemode: Livemode; enabled_events: string[]; created_at: string };
 
 export function matchesEvent(enabledEvents: readonly string[], type: string): boolean {
   return enabledEvents.includes("*") || enabledEvents.includes(type);
@@ -53,6 +57,8 @@ export class DeliveryWorker {
   #timer: NodeJS.Timeout | null = null;
   #stopping = false;
   #idle: (() => void) | null = null;
+  #ticks = 0;
+  #lastTickAt = 0;
 
   constructor(deps: { db: Kysely<Database>; sender: WebhookSender; config: WebhookConfig; logger: Logger }) {
     this.#db = deps.db;
@@ -84,6 +90,8 @@ export class DeliveryWorker {
   async #pump(): Promise<void> {
     try {
       do {
+        const wait = this.#lastTickAt + MIN_TICK_INTERVAL_MS - Date.now();
+        if (wait > 0 && !this.#stopping) await new Promise((resolve) => setTimeout(resolve, wait));
         this.#pumpAgain = false;
         const finished = this.#finished;
         this.#finished = [];
@@ -101,6 +109,8 @@ export class DeliveryWorker {
   }
 
   async #tick(finished: Finished[]) {
+    this.#ticks++;
+    this.#lastTickAt = Date.now();
     // The slots of finished attempts are free whatever happens to this transaction: if it
     // fails, their leases run out and they are attempted again (a duplicate, never a loss).
     for (const { delivery } of finished) {
@@ -114,8 +124,9 @@ export class DeliveryWorker {
       const now = new Date();
       if (finished.length > 0) await this.#record(trx, finished, now);
       if (!claiming) return { fannedOut: 0, claimed: [] };
-      const fannedOut = await this.#fanOut(trx, now);
-      return { fannedOut, claimed: await this.#claim(trx, now) };
+      const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
+      const fannedOut = await this.#fanOut(trx, now, endpoints);
+      return { fannedOut, claimed: await this.#claim(trx, now, endpoints) };
     });
     for (const { delivery } of result.claimed) {
       this.#inFlight++;
@@ -124,10 +135,9 @@ export class DeliveryWorker {
     return result;
   }
 
-  async #fanOut(trx: Transaction<Database>, now: Date): Promise<number> {
+  async #fanOut(trx: Transaction<Database>, now: Date, endpoints: EnabledEndpoint[]): Promise<number> {
     const events = await store.undispatchedEvents(trx, FAN_OUT_BATCH);
     if (events.length === 0) return 0;
-    const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
     const at = now.toISOString();
     const rows = [];
     for (const event of events) {
@@ -143,23 +153,23 @@ export class DeliveryWorker {
     return events.length;
   }
 
-  async #claim(trx: Transaction<Database>, now: Date) {
-    const capacity = this.#config.concurrency - this.#inFlight;
+  // Endpoint by endpoint, each up to its free slots, through an index on (endpoint, due time):
+  // a backlog behind a busy endpoint is never scanned while that endpoint has no slot free.
+  async #claim(trx: Transaction<Database>, now: Date, endpoints: { id: string }[]) {
     const taken: { delivery: store.DueDelivery; token: string }[] = [];
-    if (capacity <= 0) return taken;
-    const saturated = [...this.#perEndpoint].filter(([, n]) => n >= this.#config.perEndpointConcurrency).map(([id]) => id);
-    const due = await store.dueDeliveries(trx, now.toISOString(), capacity * 2, saturated);
-    const counts = new Map(this.#perEndpoint);
-    const leaseUntil = new Date(now.getTime() + this.#config.leaseMs).toISOString();
     const token = `${this.#workerId}:${randomUUID()}`;
-    for (const delivery of due) {
-      if (taken.length >= capacity) break;
-      const n = counts.get(delivery.endpoint_id) ?? 0;
-      if (n >= this.#config.perEndpointConcurrency) continue;
-      counts.set(delivery.endpoint_id, n + 1);
-      taken.push({ delivery, token });
+    const at = now.toISOString();
+    // Start at a different endpoint each tick, so none is always served last.
+    const start = endpoints.length === 0 ? 0 : this.#ticks % endpoints.length;
+    for (let i = 0; i < endpoints.length; i++) {
+      const capacity = this.#config.concurrency - this.#inFlight - taken.length;
+      if (capacity <= 0) break;
+      const endpoint = endpoints[(start + i) % endpoints.length]!;
+      const free = Math.min(capacity, this.#config.perEndpointConcurrency - (this.#perEndpoint.get(endpoint.id) ?? 0));
+      if (free <= 0) continue;
+      for (const delivery of await store.dueDeliveriesOf(trx, endpoint.id, at, free)) taken.push({ delivery, token });
     }
-    await store.leaseDeliveries(trx, taken.map((t) => t.delivery), leaseUntil, token);
+    await store.leaseDeliveries(trx, taken.map((t) => t.delivery), new Date(now.getTime() + this.#config.leaseMs).toISOString(), token);
     return taken;
   }
 
