@@ -170,6 +170,18 @@ describe("badgebench webhooks listen", () => {
     await until(() => l.lines().length === 1);
   }, 60_000);
 
+  it("says so, without a stack trace, when the port is taken", async () => {
+    const taken = await startReceiver();
+    try {
+      const result = await run(["webhooks", "listen", "--port", new URL(taken.url).port, "--secret", SECRET]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/^badgebench: cannot listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/);
+      expect(result.stderr).not.toMatch(/\n\s+at /);
+    } finally {
+      await taken.close();
+    }
+  }, 30_000);
+
   it("refuses to start without a secret (usage error)", async () => {
     const result = await run(["webhooks", "listen", "--port", "0"]);
     expect(result.code).toBe(2);
