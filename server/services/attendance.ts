@@ -263,7 +263,7 @@ export async function correctRecord(
     trx,
     livemode,
     "attendance.updated",
-    { object: record, previous_attributes: { status: current.status }, reason: input.reason, actor },
+    { object: record, from: current.status, to: input.status, previous_attributes: { status: current.status }, reason: input.reason, actor },
     now,
   );
   return { status: 200, body: record };
@@ -311,7 +311,7 @@ export async function captureFromDevice(trx: Transaction<Database>, input: Captu
       trx,
       livemode,
       "attendance.updated",
-      { object: record, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
+      { object: record, from: existing.status, to: input.status, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
       now,
     );
     return { recordId: existing.id, effect: "took_over" };

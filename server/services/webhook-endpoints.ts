@@ -207,6 +207,8 @@ function sampleObject(type: EventType, now: Date) {
   const reason = "test delivery";
   return {
     object: { ...record, status: "late", history: [{ at, from: "present", to: "late", reason, actor }] },
+    from: "present",
+    to: "late",
     previous_attributes: { status: "present" },
     reason,
     actor,

@@ -95,7 +95,7 @@ describe("delivery", () => {
     expect(recorded!.event).toMatchObject({ type: "attendance.recorded", object: "event", livemode: false, data: { object: { id: record.id, status: "present" } } });
     expect(updated!.event).toMatchObject({
       type: "attendance.updated",
-      data: { object: { id: record.id, status: "late" }, previous_attributes: { status: "present" }, reason: "arrived 10:20", actor: { type: "user" } },
+      data: { object: { id: record.id, status: "late" }, from: "present", to: "late", previous_attributes: { status: "present" }, reason: "arrived 10:20", actor: { type: "user" } },
     });
     expect(updatesOnly.deliveries[0]!.event.id).toBe(updated!.event.id);
     for (const d of all.deliveries) {
