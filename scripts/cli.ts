@@ -94,7 +94,11 @@ export function buildCli(argv: string[]) {
             .option("forward-to", { type: "string", describe: "after acknowledging, POST each new delivery unchanged to this URL" })
             .option("json", { type: "boolean", default: false, describe: "print each event as one JSON object per line" }),
         async (args) => {
-          const listener = await startListener({ port: args.port, host: args.host, secrets: args.secret.map(String), forwardTo: args["forward-to"], json: args.json });
+          const listener = await startListener({ port: args.port, host: args.host, secrets: args.secret.map(String), forwardTo: args["forward-to"], json: args.json }).catch(
+            (error: Error) => {
+              throw new ListenError(`cannot listen on ${args.host}:${args.port}: ${error.message}`, { cause: error });
+            },
+          );
           process.stderr.write(`listening on ${listener.url}\n`);
           const stop = () => {
             listener.close().then(() => process.exit(0), () => process.exit(1));

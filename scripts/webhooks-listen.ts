@@ -28,7 +28,7 @@ interface EventShape {
   type: string;
   livemode?: boolean;
   test_delivery?: boolean;
-  data?: { object?: Record<string, any>; previous_attributes?: { status?: string } };
+  data?: { object?: Record<string, any>; from?: string };
 }
 
 /** One readable line per event: time, id, type, and what happened. */
@@ -36,7 +36,7 @@ export function describeEvent(event: EventShape, receivedAt: Date): string {
   const object = event.data?.object ?? {};
   let what = "";
   if (event.type.startsWith("attendance.")) {
-    const from = event.data?.previous_attributes?.status;
+    const from = event.data?.from;
     what = `${object.id} ${object.student?.external_id ?? "?"} ${from ? `${from} -> ` : ""}${object.status}`;
   } else if (event.type === "badge.ota_reported") {
     what = `${object.device?.id ?? "?"} ${object.outcome} ${object.version}${object.message ? ` (${object.message})` : ""}`;

@@ -268,7 +268,7 @@ export async function correctRecord(
     trx,
     livemode,
     "attendance.updated",
-    { object: record, previous_attributes: { status: current.status }, reason: input.reason, actor },
+    { object: record, from: current.status, to: input.status, previous_attributes: { status: current.status }, reason: input.reason, actor },
     now,
   );
   return { status: 200, body: record };
@@ -376,7 +376,7 @@ async function takeOver(trx: Transaction<Database>, capture: CaptureInput, exist
     trx,
     device.livemode,
     "attendance.updated",
-    { object: record, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
+    { object: record, from: existing.status, to: capture.status, previous_attributes: { status: existing.status, method: existing.method }, reason, actor },
     now,
   );
 }

@@ -207,6 +207,8 @@ function sampleObject(type: EventType, now: Date) {
   const reason = "test delivery";
   return {
     object: { ...record, status: "late", history: [{ at, from: "present", to: "late", reason, actor }] },
+    from: "present",
+    to: "late",
     previous_attributes: { status: "present" },
     reason,
     actor,
@@ -224,7 +226,9 @@ export async function sendTestDelivery(db: Kysely<Database>, ctx: WebhookContext
   const header = signatureHeader(body, signingSecrets(endpoint, now), event.created);
   const result = await ctx.sender.send(endpoint.url, body, { [SIGNATURE_HEADER]: header }, addressPolicy(livemode, ctx.config));
   const attempt = attemptRow({ endpoint_id: endpoint.id, event_id: event.id, event_type: type }, "test", now, result, null);
-  await db.transaction().execute((trx) => store.insertAttempt(trx, attempt));
+  await db.transaction().execute(async (trx) => {
+    if ((await store.existingEndpointIds(trx, [endpoint.id])).size > 0) await store.insertAttempts(trx, [attempt]);
+  });
   return {
     object: "webhook_test_delivery",
     endpoint: endpoint.id,

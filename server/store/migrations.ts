@@ -268,6 +268,7 @@ const migrations: Record<string, Migration> = {
         .addPrimaryKeyConstraint("webhook_deliveries_pk", ["endpoint_id", "event_id"])
         .execute();
       await sql`create index webhook_deliveries_due on webhook_deliveries (next_attempt_at) where state = 'pending'`.execute(db);
+      await sql`create index webhook_deliveries_due_by_endpoint on webhook_deliveries (endpoint_id, next_attempt_at) where state = 'pending'`.execute(db);
       await db.schema
         .createTable("webhook_attempts")
         .addColumn("id", "text", (c) => c.primaryKey())

@@ -6,7 +6,7 @@
 // batch of finished attempts. Duplicates are possible (killed after the POST, before the
 // record); loss is not. Requests never wait for any of this: they only wake the worker.
 import { randomUUID } from "node:crypto";
-import type { Kysely } from "kysely";
+import type { Kysely, Transaction } from "kysely";
 import type { Logger } from "pino";
 import { newId } from "../ids.ts";
 import type { Database, Livemode, WebhookAttemptsTable } from "../store/schema.ts";
@@ -17,6 +17,10 @@ import type { AttemptResult, WebhookSender } from "./webhook-sender.ts";
 import type { AddressPolicy } from "./address-guard.ts";
 
 const FAN_OUT_BATCH = 500;
+/** Ticks are at least this far apart, so wakes in between fold into one transaction. */
+const MIN_TICK_INTERVAL_MS = 5;
+
+type EnabledEndpoint = { id: string; livemode: Livemode; enabled_events: string[]; created_at: string };
 
 export function matchesEvent(enabledEvents: readonly string[], type: string): boolean {
   return enabledEvents.includes("*") || enabledEvents.includes(type);
@@ -50,10 +54,11 @@ export class DeliveryWorker {
   #finished: Finished[] = [];
   #pumping: Promise<void> | null = null;
   #pumpAgain = false;
-  #flushing: Promise<void> | null = null;
   #timer: NodeJS.Timeout | null = null;
   #stopping = false;
   #idle: (() => void) | null = null;
+  #ticks = 0;
+  #lastTickAt = 0;
 
   constructor(deps: { db: Kysely<Database>; sender: WebhookSender; config: WebhookConfig; logger: Logger }) {
     this.#db = deps.db;
@@ -68,7 +73,7 @@ export class DeliveryWorker {
 
   /** Look for work now (called after every write request, so new events go out at once). */
   wake = (): void => {
-    if (this.#stopping) return;
+    if (this.#stopping && this.#finished.length === 0 && this.#inFlight === 0) return;
     if (this.#pumping) {
       this.#pumpAgain = true;
       return;
@@ -79,14 +84,23 @@ export class DeliveryWorker {
     });
   };
 
+  // One tick is one transaction: record the attempts that finished, fan new events out, claim
+  // what is due. Wakes that arrive during a tick fold into the next one, so under load the
+  // worker commits once per batch rather than once per event.
   async #pump(): Promise<void> {
     try {
       do {
+        const wait = this.#lastTickAt + MIN_TICK_INTERVAL_MS - Date.now();
+        if (wait > 0 && !this.#stopping) await new Promise((resolve) => setTimeout(resolve, wait));
         this.#pumpAgain = false;
-        const fannedOut = await this.#fanOut();
-        const claimed = await this.#claim();
-        if (fannedOut === FAN_OUT_BATCH || (claimed > 0 && this.#inFlight < this.#config.concurrency)) this.#pumpAgain = true;
+        const finished = this.#finished;
+        this.#finished = [];
+        const { fannedOut, claimed } = await this.#tick(finished);
+        for (const { delivery, token } of claimed) void this.#attempt(delivery, token);
+        if (fannedOut === FAN_OUT_BATCH) this.#pumpAgain = true;
       } while (this.#pumpAgain && !this.#stopping);
+      if (this.#stopping && this.#finished.length > 0) await this.#tick(this.#finished.splice(0));
+      if (this.#inFlight === 0) this.#idle?.();
       await this.#armTimer();
     } catch (err) {
       this.#logger.error({ err }, "webhook delivery worker failed; retrying at the next poll");
@@ -94,54 +108,69 @@ export class DeliveryWorker {
     }
   }
 
-  async #fanOut(): Promise<number> {
-    return this.#db.transaction().execute(async (trx) => {
-      const events = await store.undispatchedEvents(trx, FAN_OUT_BATCH);
-      if (events.length === 0) return 0;
-      const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
-      const now = new Date().toISOString();
-      const rows = [];
-      for (const event of events) {
-        for (const endpoint of endpoints) {
-          // An endpoint receives the events committed after it was created, in its own mode only.
-          if (endpoint.livemode !== event.livemode || endpoint.created_at > event.created_at) continue;
-          if (!matchesEvent(endpoint.enabled_events, event.type)) continue;
-          rows.push({ endpoint_id: endpoint.id, event_id: event.id, state: "pending" as const, attempts: 0, next_attempt_at: now, lease_token: null, created_at: now, updated_at: now });
-        }
-      }
-      await store.insertDeliveries(trx, rows);
-      await store.markDispatched(trx, events.map((e) => e.id), now);
-      return events.length;
-    });
-  }
-
-  async #claim(): Promise<number> {
-    const capacity = this.#config.concurrency - this.#inFlight;
-    if (capacity <= 0) return 0;
-    const saturated = [...this.#perEndpoint].filter(([, n]) => n >= this.#config.perEndpointConcurrency).map(([id]) => id);
-    const claimed = await this.#db.transaction().execute(async (trx) => {
+  async #tick(finished: Finished[]) {
+    this.#ticks++;
+    this.#lastTickAt = Date.now();
+    // The slots of finished attempts are free whatever happens to this transaction: if it
+    // fails, their leases run out and they are attempted again (a duplicate, never a loss).
+    for (const { delivery } of finished) {
+      this.#inFlight--;
+      const n = this.#perEndpoint.get(delivery.endpoint_id)! - 1;
+      if (n === 0) this.#perEndpoint.delete(delivery.endpoint_id);
+      else this.#perEndpoint.set(delivery.endpoint_id, n);
+    }
+    const claiming = !this.#stopping;
+    const result = await store.inUnsyncedTransaction(this.#db, async (trx) => {
       const now = new Date();
-      const due = await store.dueDeliveries(trx, now.toISOString(), capacity * 2, saturated);
-      const taken: { delivery: store.DueDelivery; token: string }[] = [];
-      const counts = new Map(this.#perEndpoint);
-      const leaseUntil = new Date(now.getTime() + this.#config.leaseMs).toISOString();
-      for (const delivery of due) {
-        if (taken.length >= capacity) break;
-        const n = counts.get(delivery.endpoint_id) ?? 0;
-        if (n >= this.#config.perEndpointConcurrency) continue;
-        counts.set(delivery.endpoint_id, n + 1);
-        const token = `${this.#workerId}:${randomUUID()}`;
-        await store.leaseDelivery(trx, delivery, leaseUntil, token);
-        taken.push({ delivery, token });
-      }
-      return taken;
+      if (finished.length > 0) await this.#record(trx, finished, now);
+      if (!claiming) return { fannedOut: 0, claimed: [] };
+      const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
+      const fannedOut = await this.#fanOut(trx, now, endpoints);
+      return { fannedOut, claimed: await this.#claim(trx, now, endpoints) };
     });
-    for (const { delivery, token } of claimed) {
+    for (const { delivery } of result.claimed) {
       this.#inFlight++;
       this.#perEndpoint.set(delivery.endpoint_id, (this.#perEndpoint.get(delivery.endpoint_id) ?? 0) + 1);
-      void this.#attempt(delivery, token);
     }
-    return claimed.length;
+    return result;
+  }
+
+  async #fanOut(trx: Transaction<Database>, now: Date, endpoints: EnabledEndpoint[]): Promise<number> {
+    const events = await store.undispatchedEvents(trx, FAN_OUT_BATCH);
+    if (events.length === 0) return 0;
+    const at = now.toISOString();
+    const rows = [];
+    for (const event of events) {
+      for (const endpoint of endpoints) {
+        // An endpoint receives the events committed after it was created, in its own mode only.
+        if (endpoint.livemode !== event.livemode || endpoint.created_at > event.created_at) continue;
+        if (!matchesEvent(endpoint.enabled_events, event.type)) continue;
+        rows.push({ endpoint_id: endpoint.id, event_id: event.id, state: "pending" as const, attempts: 0, next_attempt_at: at, lease_token: null, created_at: at, updated_at: at });
+      }
+    }
+    await store.insertDeliveries(trx, rows);
+    await store.markDispatched(trx, events.map((e) => e.id), at);
+    return events.length;
+  }
+
+  // Endpoint by endpoint, each up to its free slots, through an index on (endpoint, due time):
+  // a backlog behind a busy endpoint is never scanned while that endpoint has no slot free.
+  async #claim(trx: Transaction<Database>, now: Date, endpoints: { id: string }[]) {
+    const taken: { delivery: store.DueDelivery; token: string }[] = [];
+    const token = `${this.#workerId}:${randomUUID()}`;
+    const at = now.toISOString();
+    // Start at a different endpoint each tick, so none is always served last.
+    const start = endpoints.length === 0 ? 0 : this.#ticks % endpoints.length;
+    for (let i = 0; i < endpoints.length; i++) {
+      const capacity = this.#config.concurrency - this.#inFlight - taken.length;
+      if (capacity <= 0) break;
+      const endpoint = endpoints[(start + i) % endpoints.length]!;
+      const free = Math.min(capacity, this.#config.perEndpointConcurrency - (this.#perEndpoint.get(endpoint.id) ?? 0));
+      if (free <= 0) continue;
+      for (const delivery of await store.dueDeliveriesOf(trx, endpoint.id, at, free)) taken.push({ delivery, token });
+    }
+    await store.leaseDeliveries(trx, taken.map((t) => t.delivery), new Date(now.getTime() + this.#config.leaseMs).toISOString(), token);
+    return taken;
   }
 
   async #attempt(delivery: store.DueDelivery, token: string): Promise<void> {
@@ -149,69 +178,46 @@ export class DeliveryWorker {
     const header = signatureHeader(delivery.payload, signingSecrets(delivery, attemptedAt), Math.floor(attemptedAt.getTime() / 1000));
     const result = await this.#sender.send(delivery.url, delivery.payload, { [SIGNATURE_HEADER]: header }, addressPolicy(delivery.livemode, this.#config));
     this.#finished.push({ delivery, token, attemptedAt, result });
-    this.#flush();
+    this.wake();
   }
 
-  #flush(): void {
-    if (this.#flushing) return;
-    this.#flushing = (async () => {
-      while (this.#finished.length > 0) {
-        const batch = this.#finished;
-        this.#finished = [];
-        try {
-          await this.#record(batch);
-        } catch (err) {
-          // The leases run out and the deliveries are attempted again: a duplicate, never a loss.
-          this.#logger.error({ err, attempts: batch.length }, "could not record webhook attempts");
-        }
-        for (const { delivery } of batch) {
-          this.#inFlight--;
-          const n = this.#perEndpoint.get(delivery.endpoint_id)! - 1;
-          if (n === 0) this.#perEndpoint.delete(delivery.endpoint_id);
-          else this.#perEndpoint.set(delivery.endpoint_id, n);
+  async #record(trx: Transaction<Database>, batch: Finished[], now: Date): Promise<void> {
+    const attempts: WebhookAttemptsTable[] = [];
+    const lastSuccess = new Map<string, string>();
+    const existing = await store.existingEndpointIds(trx, batch.map((f) => f.delivery.endpoint_id));
+    for (const { delivery, token, attemptedAt, result } of batch) {
+      if (!existing.has(delivery.endpoint_id)) continue; // deleted meanwhile, with its deliveries and log
+      const key = { endpoint_id: delivery.endpoint_id, event_id: delivery.event_id, lease_token: token };
+      const succeeded = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300;
+      if (this.#stopping && !succeeded) {
+        // Cut short by shutdown, not by the receiver: due again at once, and not counted.
+        await store.settleDelivery(trx, key, { state: "pending", attempts: delivery.attempts, next_attempt_at: now.toISOString(), updated_at: now.toISOString() });
+        continue;
+      }
+      const attemptCount = delivery.attempts + 1;
+      const outcome = this.#nextStep(result, attemptCount, now);
+      attempts.push(attemptRow(delivery, "delivery", attemptedAt, result, outcome.next_attempt_at));
+      const settled = await store.settleDelivery(trx, key, { ...outcome, attempts: attemptCount, updated_at: now.toISOString() });
+      if (!settled) continue;
+      if (succeeded) {
+        lastSuccess.set(delivery.endpoint_id, attemptedAt.toISOString());
+      } else if (result.statusCode === 410) {
+        await this.#disable(trx, delivery.endpoint_id, `The endpoint answered 410 Gone to event ${delivery.event_id} at ${attemptedAt.toISOString()}.`, now);
+      } else if (outcome.state === "failed") {
+        const endpoint = await store.findEndpoint(trx, delivery.livemode, delivery.endpoint_id);
+        const succeededSince = lastSuccess.has(delivery.endpoint_id) || (endpoint?.last_success_at ?? "") >= delivery.created_at;
+        if (endpoint && !succeededSince) {
+          await this.#disable(
+            trx,
+            delivery.endpoint_id,
+            `Every attempt failed for the whole retry schedule: ${attemptCount} attempts at event ${delivery.event_id} from ${delivery.created_at} to ${attemptedAt.toISOString()}, the last ${describe(result)}.`,
+            now,
+          );
         }
       }
-    })().finally(() => {
-      this.#flushing = null;
-      if (this.#finished.length > 0) return this.#flush();
-      if (this.#inFlight === 0) this.#idle?.();
-      this.wake();
-    });
-  }
-
-  async #record(batch: Finished[]): Promise<void> {
-    await this.#db.transaction().execute(async (trx) => {
-      const now = new Date();
-      for (const { delivery, token, attemptedAt, result } of batch) {
-        const key = { endpoint_id: delivery.endpoint_id, event_id: delivery.event_id, lease_token: token };
-        const succeeded = result.statusCode !== null && result.statusCode >= 200 && result.statusCode < 300;
-        if (this.#stopping && !succeeded) {
-          // Cut short by shutdown, not by the receiver: due again at once, and not counted.
-          await store.settleDelivery(trx, key, { state: "pending", attempts: delivery.attempts, next_attempt_at: now.toISOString(), updated_at: now.toISOString() });
-          continue;
-        }
-        const attempts = delivery.attempts + 1;
-        const outcome = this.#nextStep(result, attempts, now);
-        await store.insertAttempt(trx, attemptRow(delivery, "delivery", attemptedAt, result, outcome.next_attempt_at));
-        const settled = await store.settleDelivery(trx, key, { ...outcome, attempts, updated_at: now.toISOString() });
-        if (!settled) continue;
-        if (succeeded) {
-          await store.updateEndpoint(trx, delivery.endpoint_id, { last_success_at: attemptedAt.toISOString() });
-        } else if (result.statusCode === 410) {
-          await this.#disable(trx, delivery.endpoint_id, `The endpoint answered 410 Gone to event ${delivery.event_id} at ${attemptedAt.toISOString()}.`, now);
-        } else if (outcome.state === "failed") {
-          const endpoint = await store.findEndpoint(trx, delivery.livemode, delivery.endpoint_id);
-          if (endpoint && (endpoint.last_success_at === null || endpoint.last_success_at < delivery.created_at)) {
-            await this.#disable(
-              trx,
-              delivery.endpoint_id,
-              `Every attempt failed for the whole retry schedule: ${attempts} attempts at event ${delivery.event_id} from ${delivery.created_at} to ${attemptedAt.toISOString()}, the last ${describe(result)}.`,
-              now,
-            );
-          }
-        }
-      }
-    });
+    }
+    await store.insertAttempts(trx, attempts);
+    for (const [endpointId, at] of lastSuccess) await store.updateEndpoint(trx, endpointId, { last_success_at: at });
   }
 
   #nextStep(result: AttemptResult, attempts: number, now: Date) {
@@ -225,12 +231,13 @@ export class DeliveryWorker {
     return { state: "pending" as const, next_attempt_at: new Date(now.getTime() + delay).toISOString() };
   }
 
-  async #disable(trx: Parameters<typeof store.updateEndpoint>[0], endpointId: string, reason: string, now: Date): Promise<void> {
+  async #disable(trx: Transaction<Database>, endpointId: string, reason: string, now: Date): Promise<void> {
     await store.updateEndpoint(trx, endpointId, { status: "disabled", disabled_reason: reason, updated_at: now.toISOString() });
     this.#logger.warn({ endpoint: endpointId, reason }, "webhook endpoint disabled");
   }
 
   async #armTimer(): Promise<void> {
+    if (this.#stopping) return;
     const next = await store.nextDueAt(this.#db);
     const untilDue = next === null ? Infinity : Date.parse(next) - Date.now();
     this.#armTimerAfter(Math.max(0, Math.min(untilDue, this.#config.pollMs)));
@@ -247,11 +254,16 @@ export class DeliveryWorker {
   async stop(): Promise<void> {
     this.#stopping = true;
     if (this.#timer) clearTimeout(this.#timer);
-    await this.#pumping;
-    const idle = this.#inFlight === 0 ? Promise.resolve() : new Promise<void>((resolve) => (this.#idle = resolve));
     this.#sender.close();
-    await idle;
-    await this.#flushing;
+    await this.#pumping;
+    // Each cut-short attempt wakes a tick that hands its delivery back; the last one signals idle.
+    while (this.#inFlight > 0 || this.#finished.length > 0) {
+      await new Promise<void>((resolve) => {
+        this.#idle = resolve;
+        if (!this.#pumping) this.wake();
+      });
+      await this.#pumping;
+    }
   }
 }
 

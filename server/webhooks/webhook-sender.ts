@@ -3,6 +3,7 @@
 // costs us 4 KiB and a closed socket). Only the status decides success; the caller logs it.
 import http from "node:http";
 import https from "node:https";
+import net from "node:net";
 import { addressRefusal, checkHost, guardedLookup, type AddressPolicy, type Resolver } from "./address-guard.ts";
 
 export const RESPONSE_EXCERPT_BYTES = 4096;
@@ -70,9 +71,10 @@ export class WebhookSender {
     } catch {
       return failed(`not a URL: ${url}`);
     }
+    // Node skips the lookup for an IP address in the URL, so the guard checks it here.
     const literal = target.hostname.startsWith("[") ? target.hostname.slice(1, -1) : target.hostname;
-    const literalRefusal = addressRefusal(literal, policy);
-    if (literalRefusal && !literalRefusal.endsWith("is not an IP address")) return failed(`refused: ${literalRefusal}`);
+    const refusal = net.isIP(literal) ? addressRefusal(literal, policy) : null;
+    if (refusal) return failed(`refused: ${refusal}`);
     const agents = this.#agentsFor(policy);
     const secure = target.protocol === "https:";
     return new Promise<AttemptResult>((resolve) => {

@@ -138,6 +138,14 @@ describe("only an open session accepts captures", () => {
     expect(record.history).toHaveLength(1);
     expect(record.history[0]).toMatchObject({ from: "absent", to: "late", actor: { type: "device", id: h.devices.r2.id } });
     expect(record.history[0].reason).toMatch(/replaces the api mark/);
+    const events = await h.server.store.db.selectFrom("events").select("payload").where("type", "=", "attendance.updated").execute();
+    expect(JSON.parse(events.at(-1)!.payload).data).toMatchObject({
+      object: { id: record.id, status: "late" },
+      from: "absent",
+      to: "late",
+      previous_attributes: { status: "absent", method: "api" },
+      actor: { type: "device", id: h.devices.r2.id },
+    });
   });
 
   it("a student not enrolled in the session's course is rejected", async () => {

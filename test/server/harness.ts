@@ -47,7 +47,7 @@ async function key(server: RunningServer, mode: Mode, scopes: string[]) {
   return (await createApiKey(server.store.db, { mode, scopes, user: "Ms Rivera" })).secret;
 }
 
-export async function startHarness(options: Pick<ServerOptions, "webhooks"> = {}): Promise<Harness> {
+export async function startHarness(options: Pick<ServerOptions, "webhooks" | "logger"> = {}): Promise<Harness> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-test-"));
   const server = await startServer({ dataDir, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "silent" }), ...options });
   await importSchool(server.store.db, smallSchool(), { mode: "test" });

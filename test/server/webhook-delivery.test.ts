@@ -1,6 +1,7 @@
 // Delivery from the outbox to real receivers on loopback, checked with the test's own
 // implementation of the SPEC 5 signature (webhook-receiver.ts), in compressed time: the retry
 // schedule, timeout, lease and secret grace period are a few milliseconds here.
+import { pino } from "pino";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import type { Resolver } from "../../server/webhooks/address-guard.ts";
@@ -17,12 +18,17 @@ const resolver: Resolver = async (host) => {
 };
 
 const SCHEDULE = [40, 80, 120];
+// Errors the server logs: a worker failure is invisible over HTTP (it retries at the next poll).
+const loggedErrors: string[] = [];
+const logger = pino({ level: "error" }, { write: (line: string) => void loggedErrors.push(line) });
+
 let h: Harness;
 let key: string;
 let liveKey: string;
 const receivers: Receiver[] = [];
 beforeAll(async () => {
   h = await startHarness({
+    logger,
     webhooks: { resolve: resolver, retryScheduleMs: SCHEDULE, jitter: 0, timeoutMs: 300, leaseMs: 1000, secretGraceMs: 400, pollMs: 50, allowLoopbackForLive: true, ca: TEST_CERT },
   });
   key = (await createApiKey(h.server.store.db, { mode: "test", scopes: ["webhooks:write", "attendance:write"] })).secret;
@@ -89,7 +95,7 @@ describe("delivery", () => {
     expect(recorded!.event).toMatchObject({ type: "attendance.recorded", object: "event", livemode: false, data: { object: { id: record.id, status: "present" } } });
     expect(updated!.event).toMatchObject({
       type: "attendance.updated",
-      data: { object: { id: record.id, status: "late" }, previous_attributes: { status: "present" }, reason: "arrived 10:20", actor: { type: "user" } },
+      data: { object: { id: record.id, status: "late" }, from: "present", to: "late", previous_attributes: { status: "present" }, reason: "arrived 10:20", actor: { type: "user" } },
     });
     expect(updatesOnly.deliveries[0]!.event.id).toBe(updated!.event.id);
     for (const d of all.deliveries) {
@@ -203,6 +209,25 @@ describe("delivery", () => {
     await newRecord();
     await healthy.waitFor((d) => d.length === 3, 2000);
     expect(Date.now() - started).toBeLessThan(1000);
+  });
+
+  it("keeps delivering when an endpoint is deleted while an attempt to it runs", async () => {
+    const hanging = await receiver();
+    hanging.answer = () => "hang";
+    const healthy = await receiver();
+    const gone = await endpoint(hanging.url);
+    await endpoint(healthy.url);
+    await newRecord();
+    await hanging.waitFor((d) => d.length === 1);
+    expect((await h.request("DELETE", `/v1/webhook_endpoints/${gone.id}`, { key })).status).toBe(200);
+    await new Promise((res) => setTimeout(res, 400)); // the cut-off attempt finishes after the delete
+    await newRecord();
+    await healthy.waitFor((d) => d.length === 2);
+    await new Promise((res) => setTimeout(res, 300));
+    expect(new Set(healthy.deliveries.map((d) => d.event.id)).size).toBe(2);
+    expect(healthy.deliveries).toHaveLength(2);
+    expect(hanging.deliveries).toHaveLength(1);
+    expect(loggedErrors).toEqual([]);
   });
 
   it("resends one event to one endpoint", async () => {

@@ -67,15 +67,15 @@ it("delivers every committed event after kill -9, three times over", async () =>
     let stop = false;
     // Four writers, each correcting its own record back and forth until the kill.
     const writers = records.map(async (id) => {
-      let status = ((await (await call(url, "GET", `/v1/attendance/${id}`)).json()) as { status: string }).status;
-      while (!stop) {
-        const next = status === "present" ? "late" : "present";
-        try {
+      try {
+        let status = ((await (await call(url, "GET", `/v1/attendance/${id}`)).json()) as { status: string }).status;
+        while (!stop) {
+          const next = status === "present" ? "late" : "present";
           const res = await call(url, "PATCH", `/v1/attendance/${id}`, { status: next, reason: `round ${round}` });
           if (res.status === 200) status = next;
-        } catch {
-          return; // the server was killed mid-request
         }
+      } catch {
+        // the server was killed mid-request
       }
     });
     await new Promise((r) => setTimeout(r, 200 + Math.random() * 300));

@@ -263,6 +263,23 @@ describe("bad input", () => {
     expect((await h.request("GET", "/v1/events?since=yesterday", { key: readKey })).status).toBe(400);
   });
 
+  it("never answers 500 to arbitrary query strings on the events list and the delivery log (fuzz)", async () => {
+    const { body } = await create({ url: receiver.url, enabled_events: ["*"] });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.dictionary(fc.constantFrom("type", "since", "limit", "cursor", "event", "x"), fc.string({ maxLength: 40 }), { maxKeys: 3 }),
+        fc.boolean(),
+        async (params, onAttempts) => {
+          const query = new URLSearchParams(params).toString();
+          const res = await h.request("GET", onAttempts ? `/v1/webhook_endpoints/${body.id}/attempts?${query}` : `/v1/events?${query}`, { key: testKey });
+          expect([200, 400]).toContain(res.status);
+          if (res.status === 400) expect(res.body.error.type).toBe("invalid_request_error");
+        },
+      ),
+      { numRuns: 150 },
+    );
+  }, 60_000);
+
   it("never answers 500 to arbitrary endpoint bodies (fuzz)", async () => {
     await fc.assert(
       fc.asyncProperty(

@@ -152,6 +152,36 @@ describe("badgebench webhooks listen", () => {
     }
   }, 30_000);
 
+  it("answers 400 to arbitrary bodies and headers and keeps running (fuzz over HTTP)", async () => {
+    const l = await listen(["--secret", SECRET]);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.string({ maxLength: 300 }),
+        fc.option(fc.oneof(fc.string({ maxLength: 200 }), fc.constantFrom(`t=${Math.floor(Date.now() / 1000)},v1=${"0".repeat(64)}`, "t=,v1=", "v1=zz,t=1")), { nil: undefined }),
+        async (raw, header) => {
+          const res = await fetch(l.url, { method: "POST", headers: header === undefined ? {} : { "x-service-signature": header.replace(/[^\x20-\x7e]/g, "") }, body: raw });
+          await res.arrayBuffer();
+          expect(res.status).toBe(400);
+        },
+      ),
+      { numRuns: 100 },
+    );
+    expect((await post(l.url, body, specSign(body, SECRET))).status).toBe(200);
+    await until(() => l.lines().length === 1);
+  }, 60_000);
+
+  it("says so, without a stack trace, when the port is taken", async () => {
+    const taken = await startReceiver();
+    try {
+      const result = await run(["webhooks", "listen", "--port", new URL(taken.url).port, "--secret", SECRET]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/^badgebench: cannot listen on 127\.0\.0\.1:\d+: .*EADDRINUSE/);
+      expect(result.stderr).not.toMatch(/\n\s+at /);
+    } finally {
+      await taken.close();
+    }
+  }, 30_000);
+
   it("refuses to start without a secret (usage error)", async () => {
     const result = await run(["webhooks", "listen", "--port", "0"]);
     expect(result.code).toBe(2);
