@@ -43,7 +43,7 @@ const LOAD: LoadSettings = { connections: 10, durationS: 8, warmupS: 1 };
 const ROUNDS = 3;
 const FAN_OUT_CONCURRENCY = 10;
 const CLASS_SIZE = 300;
-const SESSIONS = 250; // 75,000 (session, student) pairs: more than both loads and the fan-out use
+const SESSIONS = 1000; // 300,000 (session, student) pairs: more than both loads and the fan-out use at group-committed create rates
 
 function benchSchool(): SchoolFile {
   const students = Array.from({ length: CLASS_SIZE }, (_, i) => ({ external_id: `W${100000 + i}`, name: `Student ${i}` }));
