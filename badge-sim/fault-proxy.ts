@@ -162,8 +162,11 @@ function valueAt(input: unknown, path: PropertyKey[]): unknown {
   return value;
 }
 
-/** Which faults a request gets: each fault counts the requests that match its path. */
-class FaultBook {
+/**
+ * Which faults a request gets: each fault counts the requests that match its path. The proxy
+ * consults it per request; the scenario report replays the same count to place its fault marks.
+ */
+export class FaultBook {
   private slots: Array<{ fault: Fault; matched: number }> = [];
 
   constructor(faults: Fault[]) {

@@ -4,7 +4,7 @@
 // download's bytes and the battery's volts over badge time (uPlot, inlined), the faults marked
 // where they struck, the screens and the report sent. Everything from a scenario or a badge is
 // escaped (html-page.ts: the template tag, the JSON in a script, uPlot inlined).
-import type { Fault } from "./fault-proxy.ts";
+import { FaultBook, type Fault } from "./fault-proxy.ts";
 import type { Scenario } from "./scenario.ts";
 import type { ScenarioOutcome, ScenarioResult } from "./scenario-runner.ts";
 import type { Observation } from "./virtual-badge.ts";
@@ -43,26 +43,21 @@ function describeNetworkFault(fault: Fault): string {
 }
 
 /**
- * Where the scenario's network faults struck: at the answer to each request they applied to
- * (downloads, unless the fault names another path), counted as the fault proxy counts them.
+ * Where the scenario's network faults struck: at the answer to each request they applied to,
+ * chosen by the fault proxy's own FaultBook replayed over the requests the badge made.
  */
 function networkFaultMarks(observations: Observation[], faults: Fault[]): { t: number; label: string }[] {
-  const answered: { path: string; t: number }[] = [];
-  let pending: string | null = null;
+  const book = new FaultBook(faults);
+  const marks: { t: number; label: string }[] = [];
+  let struck: Fault[] = [];
   for (const o of observations) {
-    if (o.kind === "request") pending = o.detail.replace(/^\S+ /, "");
-    else if (o.kind === "answer" && pending !== null) {
-      answered.push({ path: pending, t: o.t });
-      pending = null;
+    if (o.kind === "request") struck = book.select(o.detail.replace(/^\S+ /, ""));
+    else if (o.kind === "answer") {
+      marks.push(...struck.map((fault) => ({ t: o.t, label: describeNetworkFault(fault) })));
+      struck = [];
     }
   }
-  return faults.flatMap((fault) => {
-    const target = typeof fault.path === "string" ? fault.path : "/api/badge/ota/download";
-    const matching = answered.filter((a) => a.path.startsWith(target));
-    const first = (fault.nth ?? 1) - 1;
-    const times = fault.times ?? (fault.nth === undefined ? Infinity : 1);
-    return matching.slice(first, first + times).map((a) => ({ t: a.t, label: describeNetworkFault(fault) }));
-  });
+  return marks;
 }
 
 export function timelineOf(result: ScenarioResult, scenario: Scenario | undefined): Timeline {
