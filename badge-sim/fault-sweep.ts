@@ -409,8 +409,8 @@ function observe(
   run: { state: string; radio: boolean; serverReport: string | null; error: string | null; simStart: number; wallMs: number },
 ): SweepObserved {
   const slot = badge.runningSlot();
-  const bytes = slot ? badge.flash.slot(slot) : new Uint8Array(0);
   const factory = factoryImage(SWEEP_FACTORY_VERSION);
+  const bytes = slot ? badge.flash.peekSlot(slot, 0, Math.max(release.size, factory.length)) : new Uint8Array(0);
   const runningSlotMd5 = md5Hex(bytes.subarray(0, release.size));
   const runningImage = !slot ? "other" : md5Hex(bytes.subarray(0, factory.length)) === factory.md5 ? "factory" : runningSlotMd5 === release.md5 ? "offered" : "other";
 

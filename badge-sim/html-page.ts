@@ -36,7 +36,7 @@ export const scriptJson = (value: unknown) =>
 const require = createRequire(import.meta.url);
 
 /** uPlot's script and stylesheet, inlined into every report. */
-export function chartLibrary(): { script: Html; style: Html } {
+function chartLibrary(): { script: Html; style: Html } {
   const read = (file: string) => fs.readFileSync(require.resolve(`uplot/dist/${file}`), "utf8");
   // The library's own text, placed in <script>; it contains no `</script`.
   return { script: new Html(read("uPlot.iife.min.js")), style: new Html(read("uPlot.min.css")) };

@@ -4,7 +4,7 @@
 // every other line is noise. Fields are `key=value` pairs (logfmt), a value quoted with C escapes
 // when it holds a space, a quote, a backslash or a control character: a C printf can write them,
 // and a screen text with newlines stays on one line.
-import { hasControlCharacter } from "./line-codec.ts";
+import { hasControlCharacter, quote } from "./line-codec.ts";
 import { parseVersion } from "./version.ts";
 
 export const CONSOLE_PREFIX = "@bb";
@@ -154,10 +154,8 @@ function fieldsOf(kind: string): Record<string, Field<unknown>> | undefined {
   return Object.hasOwn(EVENT_FIELDS, kind) ? (EVENT_FIELDS[kind as ConsoleEventKind] as Record<string, Field<unknown>>) : undefined;
 }
 
-/** Quotes (and shortens) input for an error message, so control characters show escaped. */
-function show(text: string): string {
-  return JSON.stringify(text.length > 60 ? `${text.slice(0, 60)}...` : text);
-}
+/** Quotes (and shortens) input for an error message, every control character escaped. */
+const show = (text: string): string => quote(text, 60);
 
 const BARE_VALUE = /^[^\p{Cc} "\\]+$/u;
 const TO_ESCAPE = /[\p{Cc}"\\]/gu;

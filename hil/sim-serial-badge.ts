@@ -248,7 +248,7 @@ export class SimSerialBadge {
     this.#md5Due = false;
     const badge = this.#badge;
     if (!badge || !this.#offer || !this.#downloadSlot) return;
-    const got = createHash("md5").update(badge.flash.slot(this.#downloadSlot).subarray(0, this.#offer.total)).digest("hex");
+    const got = createHash("md5").update(badge.flash.peekSlot(this.#downloadSlot, 0, this.#offer.total)).digest("hex");
     this.#event({ kind: "md5", result: got === this.#offer.md5 ? "ok" : "mismatch", got, want: this.#offer.md5 });
   }
 

@@ -43,7 +43,7 @@ async function updateOnce(sim: SimServer, md5: string, n: number): Promise<Updat
     await badge.runUntil((b) => b.observations("report.cleared").length > 0);
     const run = { wallMs: performance.now() - wallStart, simMs: badge.clock.now() - simStart };
     const cleared = badge.observations("report.cleared")[0]!.detail;
-    const installed = md5Hex(badge.flash.slot("ota_1").subarray(0, OTA_SLOT_BYTES));
+    const installed = md5Hex(badge.flash.slot("ota_1"));
     if (cleared !== `ok|${TO_VERSION}` || badge.runningVersion() !== TO_VERSION || installed !== md5) {
       throw new Error(`update ${n} did not end as it should: report ${cleared}, running ${badge.runningVersion()}, ota_1 MD5 ${installed}`);
     }

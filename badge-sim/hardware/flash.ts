@@ -68,7 +68,7 @@ export class Flash {
 
   /** A copy of the slot's bytes, all OTA_SLOT_BYTES of them (reading it takes no simulated time). */
   slot(name: SlotName): Uint8Array {
-    return this.#slots[name].read(0, OTA_SLOT_BYTES);
+    return this.peekSlot(name, 0, OTA_SLOT_BYTES);
   }
 
   /** A copy of some of a slot's bytes without taking simulated time (the bootloader's look at an image's headers). */

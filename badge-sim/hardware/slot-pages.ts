@@ -34,13 +34,6 @@ function share(index: number, page: Uint8Array): Uint8Array | undefined {
   return page;
 }
 
-/** How many distinct pages this thread shares between slots (for tests and the memory story). */
-export function sharedPageCount(): number {
-  let count = 0;
-  for (const candidates of sharedPages.values()) count += candidates.length;
-  return count;
-}
-
 export class SlotPages {
   readonly #pages: Array<Uint8Array | null> = new Array<Uint8Array | null>(PAGES_PER_SLOT).fill(null);
   /** 1 where the page is this slot's own copy, which it may program in place */
