@@ -72,8 +72,8 @@ function checkProtocolVersion(req: Request) {
   }
 }
 
-/** Checks a tools/call completely (tool, scope, arguments) so the SDK only runs valid calls. */
-function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map<string, PipelineTool>) {
+/** Checks a tools/call completely (tool, scope, arguments) so the SDK only runs valid calls; returns the tool. */
+function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map<string, PipelineTool>): PipelineTool {
   const params = parseParams(callParams, request);
   const tool = tools.get(params.name);
   if (!tool) {
@@ -85,11 +85,13 @@ function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map
     const { field, message } = firstIssue(result.error, tool.misspellings);
     throw invalidParams(request, `Invalid arguments for ${tool.name}: ${message}.`, { tool: tool.name, field });
   }
+  return tool;
 }
 
 /**
- * `logSynced` resolves once every commit made so far is on disk (Store.logSynced): a tool call's
- * write commits outside the group commit, so its answer waits for it, as every acknowledged write does.
+ * `logSynced` resolves once every commit made so far is on disk (Store.logSynced): a writing
+ * tool's commit is outside the group commit, so its answer waits for it, as every acknowledged
+ * write does; reading tools answer at once.
  */
 export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logger: Logger; logSynced: () => Promise<void> }): Router {
   const tools = pipelineTools(deps.codec);
@@ -97,7 +99,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
   const router = Router();
 
   /** Hands a checked request to a fresh stateless SDK server and copies its answer. */
-  async function answerWithSdk(req: Request, res: Response, message: JsonRpcRequest) {
+  async function answerWithSdk(req: Request, res: Response, message: JsonRpcRequest, writes: boolean) {
     const principal = principalOf(req);
     const server = buildMcpServer(tools, { db: deps.db, codec: deps.codec, livemode: principal.livemode }, deps.logger);
     // The web-standard transport is the one StreamableHTTPServerTransport wraps; used directly,
@@ -112,7 +114,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
         parsedBody: { jsonrpc: "2.0", id: message.id, method: message.method, params: message.params },
       });
       const body = await response.text();
-      if (message.method === "tools/call") await deps.logSynced();
+      if (writes) await deps.logSynced();
       res.status(response.status).type("application/json").send(body);
     } finally {
       await server.close();
@@ -133,12 +135,13 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
       res.status(202).end();
       return;
     }
+    let writes = false;
     switch (message.method) {
       case "initialize":
         message.params = parseParams(initializeParams, message);
         break;
       case "tools/call":
-        checkToolCall(message, principal, toolsByName);
+        writes = !checkToolCall(message, principal, toolsByName).readOnly;
         break;
       default:
         if (!KNOWN_METHODS.includes(message.method)) {
@@ -150,7 +153,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
           );
         }
     }
-    await answerWithSdk(req, res, message);
+    await answerWithSdk(req, res, message, writes);
   });
 
   router.all("/", () => {

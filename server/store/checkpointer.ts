@@ -4,8 +4,8 @@
 // stalled the whole server while pages were copied and fsynced (in the sync benchmark, commits
 // took a third of the run). The server's connection keeps a high wal_autocheckpoint as a safety
 // net only, and this worker thread, with a connection of its own, runs a PASSIVE checkpoint every
-// CHECKPOINT_INTERVAL_MS: it never blocks a writer, and each commit stays durable by the log's
-// own fsync (synchronous=FULL), so nothing about durability changes.
+// CHECKPOINT_INTERVAL_MS: it never blocks a writer, and a commit is durable once the log holding
+// it is synced (Store.logSynced under --sync full), which a checkpoint does not change.
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
 import type { SyncMode } from "./database.ts";

@@ -2,9 +2,8 @@
 // The claim is SELECT then UPDATE inside one BEGIN IMMEDIATE transaction, which on SQLite no
 // other writer can interleave with; the PostgreSQL port (several instances) makes the SELECT
 // `FOR UPDATE SKIP LOCKED` and keeps the rest.
-import { type Kysely, sql, type Transaction } from "kysely";
+import { sql } from "kysely";
 import type {
-  Database,
   Db,
   EventsTable,
   Livemode,
@@ -14,26 +13,6 @@ import type {
 } from "./schema.ts";
 
 export type EndpointRow = WebhookEndpointsTable;
-
-/**
- * Runs `work` in one transaction committed without waiting for fsync (synchronous=NORMAL), on
- * the store's connection, then restores the store's setting. For the delivery worker's
- * bookkeeping only: losing its last commits to a power cut re-sends deliveries (a duplicate),
- * never drops one, while an fsync per worker commit would halve the write throughput of
- * requests on a slow disk. In WAL mode a later fsync'd commit makes the earlier ones durable too.
- */
-export async function inUnsyncedTransaction<T>(db: Kysely<Database>, work: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
-  return db.connection().execute(async (conn) => {
-    const { rows } = await sql<{ synchronous: number }>`pragma synchronous`.execute(conn);
-    const previous = Number(rows[0]!.synchronous);
-    await sql`pragma synchronous = normal`.execute(conn);
-    try {
-      return await conn.transaction().execute(work);
-    } finally {
-      await sql.raw(`pragma synchronous = ${previous}`).execute(conn);
-    }
-  });
-}
 
 export async function insertEndpoint(db: Db, row: EndpointRow): Promise<void> {
   await db.insertInto("webhook_endpoints").values(row).execute();
@@ -201,10 +180,6 @@ export async function requeueDelivery(db: Db, endpointId: string, eventId: strin
       oc.columns(["endpoint_id", "event_id"]).doUpdateSet({ state: "pending", attempts: 0, next_attempt_at: now, lease_token: null, created_at: now, updated_at: now }),
     )
     .execute();
-}
-
-export async function findDelivery(db: Db, endpointId: string, eventId: string) {
-  return db.selectFrom("webhook_deliveries").selectAll().where("endpoint_id", "=", endpointId).where("event_id", "=", eventId).executeTakeFirst();
 }
 
 export async function insertAttempts(db: Db, rows: WebhookAttemptsTable[]): Promise<void> {

@@ -1,7 +1,7 @@
 // Group commit for the server's writes (the badge endpoints' and the /v1 creates and corrections
-// with their Idempotency-Key reservations). With `--sync full` every commit costs an fsync;
-// requests that arrive together (a fleet checking in, many downloads ending, integrators
-// posting records) have their writes run in one transaction and pay one fsync between them. A
+// with their Idempotency-Key reservations). With `--sync full` every acknowledged write costs a
+// sync of the log; requests that arrive together (a fleet checking in, many downloads ending,
+// integrators posting records) have their writes run in one transaction and pay one sync. A
 // request is answered only after its own write committed and the log holding it is on disk, so
 // nothing acknowledged can be lost.
 import { CompiledQuery, type Kysely, type Transaction } from "kysely";

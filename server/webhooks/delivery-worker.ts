@@ -120,7 +120,10 @@ export class DeliveryWorker {
       else this.#perEndpoint.set(delivery.endpoint_id, n);
     }
     const claiming = !this.#stopping;
-    const result = await store.inUnsyncedTransaction(this.#db, async (trx) => {
+    // Committed without a log sync of its own (the serving connection runs synchronous=NORMAL,
+    // see store/database.ts): losing the worker's last commits to a power cut re-sends
+    // deliveries, never drops one, and the next synced group commit makes them durable anyway.
+    const result = await this.#db.transaction().execute(async (trx) => {
       const now = new Date();
       if (finished.length > 0) await this.#record(trx, finished, now);
       if (!claiming) return { fannedOut: 0, claimed: [] };
