@@ -93,8 +93,9 @@ export function webhookConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Part
     if (value !== undefined && value !== "") overrides[option] = number(name, value);
   }
   const schedule = env.BADGEBENCH_WEBHOOK_RETRY_SCHEDULE_MS;
-  if (schedule !== undefined && schedule !== "") {
-    overrides.retryScheduleMs = schedule.split(",").map((part) => number("BADGEBENCH_WEBHOOK_RETRY_SCHEDULE_MS", part));
+  if (schedule !== undefined) {
+    // An empty list is no retries at all (one attempt), as the configuration table says.
+    overrides.retryScheduleMs = schedule.trim() === "" ? [] : schedule.split(",").map((part) => number("BADGEBENCH_WEBHOOK_RETRY_SCHEDULE_MS", part));
   }
   return overrides;
 }
