@@ -24,6 +24,10 @@ const TARGET_NAMES = [
 ];
 
 describe("the HTTP interface fuzzed from outside", () => {
+  it("runs every target fuzz-targets.ts defines (a new one must be listed here)", () => {
+    expect(fixture.targets.map((t) => t.name)).toEqual(TARGET_NAMES);
+  });
+
   it.each(TARGET_NAMES)("%s: never a 5xx, always the endpoint's format, a refusal changes nothing", async (name) => {
     const target = fixture.targets.find((t) => t.name === name);
     if (!target) throw new Error(`no fuzz target named ${name}`);

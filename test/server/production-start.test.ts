@@ -18,6 +18,7 @@ describe("the built server (npm start)", () => {
     const server = await serve(["--data", tempDir("demo"), "--demo"], { program: [BUNDLE] });
     await expect.poll(() => /sk_test_\S+/.exec(server.stderr())?.[0], { timeout: 10_000 }).toBeDefined();
     const key = /sk_test_\S+/.exec(server.stderr())![0];
+    expect(server.stderr().match(/sk_test_/g)).toHaveLength(1);
     const res = await fetch(`${server.url}/v1/sessions?limit=1`, { headers: { authorization: `Bearer ${key}` } });
     expect(res.status).toBe(200);
     expect((await res.json()).data).toHaveLength(1);
