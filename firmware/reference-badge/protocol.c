@@ -285,6 +285,25 @@ static bool read_offer(const bb_response *response, bb_check_answer *out) {
     return true;
 }
 
+/*
+ * What the check and sync readers share: parse the answer and take its S line; for a status other
+ * than 200, the message is "HTTP <status>" and the X line. True when a 200 answer's lines follow.
+ */
+static bool read_answer_head(int status, char *body, size_t len, bb_response *response, long *recheck_s, char *message, size_t cap) {
+    char why[120];
+    if (!bb_response_parse(body, len, response, why, sizeof why)) {
+        snprintf(message, cap, "unreadable answer (HTTP %d): %s", status, why);
+        return false;
+    }
+    *recheck_s = recheck_of(response);
+    if (status == 200) return true;
+    const char *refusal = bb_response_value(response, 'X');
+    char shown[120];
+    copy_text(shown, sizeof shown, refusal ? refusal : "");
+    snprintf(message, cap, "HTTP %d%s%s", status, shown[0] ? " " : "", shown);
+    return false;
+}
+
 void bb_check_answer_read(int status, char *body, size_t len, bb_check_answer *out) {
     memset(out, 0, sizeof *out);
     out->recheck_s = -1;
@@ -293,20 +312,9 @@ void bb_check_answer_read(int status, char *body, size_t len, bb_check_answer *o
         return;
     }
     bb_response response;
-    char why[120];
     out->kind = BB_CHECK_FAILED;
-    if (!bb_response_parse(body, len, &response, why, sizeof why)) {
-        snprintf(out->message, sizeof out->message, "unreadable answer (HTTP %d): %s", status, why);
-        return;
-    }
-    out->recheck_s = recheck_of(&response);
+    if (!read_answer_head(status, body, len, &response, &out->recheck_s, out->message, sizeof out->message)) return;
     const char *refusal = bb_response_value(&response, 'X');
-    if (status != 200) {
-        char shown[120];
-        copy_text(shown, sizeof shown, refusal ? refusal : "");
-        snprintf(out->message, sizeof out->message, "HTTP %d%s%s", status, shown[0] ? " " : "", shown);
-        return;
-    }
     if (refusal) {
         const char *space = strchr(refusal, ' ');
         size_t code_len = space ? (size_t)(space - refusal) : strlen(refusal);
@@ -338,20 +346,8 @@ void bb_sync_answer_read(int status, char *body, size_t len, bb_sync_answer *out
         return;
     }
     bb_response response;
-    char why[120];
     out->kind = BB_SYNC_FAILED;
-    if (!bb_response_parse(body, len, &response, why, sizeof why)) {
-        snprintf(out->message, sizeof out->message, "unreadable answer (HTTP %d): %s", status, why);
-        return;
-    }
-    out->recheck_s = recheck_of(&response);
-    if (status != 200) {
-        const char *refusal = bb_response_value(&response, 'X');
-        char shown[120];
-        copy_text(shown, sizeof shown, refusal ? refusal : "");
-        snprintf(out->message, sizeof out->message, "HTTP %d%s%s", status, shown[0] ? " " : "", shown);
-        return;
-    }
+    if (!read_answer_head(status, body, len, &response, &out->recheck_s, out->message, sizeof out->message)) return;
     const char *time = bb_response_value(&response, 'T');
     if (!time || !digits_only(time, 12)) {
         snprintf(out->message, sizeof out->message, "the sync answer has no T line");
