@@ -163,6 +163,29 @@ export interface LoadResult {
   p99_ms: number;
 }
 
+/** Several rounds of one load: the median rate and latencies, the failures of every round added up. */
+export interface RoundsSummary {
+  rps: number;
+  p50_ms: number;
+  p99_ms: number;
+  non2xx: number;
+  errors: number;
+  timeouts: number;
+  runs: LoadResult[];
+}
+
+export function summarizeRounds(runs: LoadResult[]): RoundsSummary {
+  return {
+    rps: round(median(runs.map((r) => r.rps)), 1),
+    p50_ms: round(median(runs.map((r) => r.p50_ms))),
+    p99_ms: round(median(runs.map((r) => r.p99_ms))),
+    non2xx: runs.reduce((n, r) => n + r.non2xx, 0),
+    errors: runs.reduce((n, r) => n + r.errors, 0),
+    timeouts: runs.reduce((n, r) => n + r.timeouts, 0),
+    runs,
+  };
+}
+
 /** A warm-up run (not counted) and then the measured run, same connections and duration for every server. */
 export async function load(url: string, settings: LoadSettings, requests?: AutocannonRequest[]): Promise<LoadResult> {
   const warm = await autocannon({ url, connections: settings.connections, duration: settings.warmupS, requests });

@@ -21,7 +21,6 @@ import {
   commandLine,
   load,
   log,
-  median,
   positiveInt,
   round,
   spawnBadgebench,
@@ -30,22 +29,15 @@ import {
   syncModeOf,
   withTempDir,
   type AutocannonRequest,
+  summarizeRounds,
   type LoadResult,
+  type RoundsSummary,
   type LoadSettings,
 } from "./bench-common.ts";
 
 const TARGET_RATIO = 0.6;
 const CHECK_PATH = "/api/badge/ota/check";
 
-interface Summary {
-  rps: number;
-  p50_ms: number;
-  p99_ms: number;
-  non2xx: number;
-  errors: number;
-  timeouts: number;
-  runs: LoadResult[];
-}
 
 interface Report {
   figure: "ota_check";
@@ -56,8 +48,8 @@ interface Report {
   warmup_s: number;
   rounds: number;
   machine: { cpus: number; node: string };
-  hello: Summary;
-  check: Summary;
+  hello: RoundsSummary;
+  check: RoundsSummary;
   ratio: number;
   round_ratios: number[];
   target_ratio: number;
@@ -67,17 +59,6 @@ interface Report {
   command: string;
 }
 
-function summarize(runs: LoadResult[]): Summary {
-  return {
-    rps: round(median(runs.map((r) => r.rps)), 1),
-    p50_ms: round(median(runs.map((r) => r.p50_ms))),
-    p99_ms: round(median(runs.map((r) => r.p99_ms))),
-    non2xx: runs.reduce((n, r) => n + r.non2xx, 0),
-    errors: runs.reduce((n, r) => n + r.errors, 0),
-    timeouts: runs.reduce((n, r) => n + r.timeouts, 0),
-    runs,
-  };
-}
 
 /** One check by hand before the load: the answer must be an offer of the published release. */
 async function checkIsOffer(url: string, token: string, md5: string): Promise<void> {
@@ -94,7 +75,7 @@ async function checkIsOffer(url: string, token: string, md5: string): Promise<vo
 }
 
 function printTable(r: Report): void {
-  const row = (name: string, s: Summary) =>
+  const row = (name: string, s: RoundsSummary) =>
     `  ${name.padEnd(34)}${s.rps.toFixed(1).padStart(10)}${String(s.p50_ms).padStart(9)}${String(s.p99_ms).padStart(9)}${String(s.non2xx + s.errors + s.timeouts).padStart(10)}`;
   const lines = [
     `badgebench OTA check benchmark: --sync ${r.sync}, ${r.devices} device tokens, ${r.connections} connections,`,
@@ -166,8 +147,8 @@ async function main(): Promise<void> {
       const recorded = (db.prepare("select count(*) as n from devices where last_check_at is not null and offered_version = ?").get(RELEASE_VERSION) as { n: number }).n;
       db.close();
 
-      const h = summarize(helloRuns);
-      const c = summarize(checkRuns);
+      const h = summarizeRounds(helloRuns);
+      const c = summarizeRounds(checkRuns);
       const valid = c.non2xx + c.errors + c.timeouts + h.non2xx + h.errors + h.timeouts === 0;
       const ratio = round(c.rps / h.rps, 3);
       const result: Report = {

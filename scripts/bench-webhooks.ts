@@ -33,7 +33,9 @@ import {
   syncModeOf,
   withTempDir,
   type AutocannonRequest,
+  summarizeRounds,
   type LoadResult,
+  type RoundsSummary,
   type LoadSettings,
 } from "./bench-common.ts";
 
@@ -158,8 +160,10 @@ async function main(): Promise<void> {
           r.seen.clear();
         }
       }
-      const without = medianRun(withoutRounds);
-      const withEndpoints = medianRun(withRounds);
+      const without = summarizeRounds(withoutRounds);
+      const withEndpoints = summarizeRounds(withRounds);
+      const failed = [without, withEndpoints].reduce((n, s) => n + s.non2xx + s.errors + s.timeouts, 0);
+      if (failed > 0) throw new Error(`${failed} create requests failed during the rounds (non-2xx, errors or timeouts): the throughput figures would not count`);
 
       log(`fan-out: ${events} events to ${ENDPOINTS} endpoints${rate ? ` at ${rate} per second` : ""}`);
       const memory = { before: procMemory(child.pid!)!, peakRss: 0 };
@@ -231,12 +235,7 @@ async function main(): Promise<void> {
   });
 }
 
-/** The round with the median throughput. */
-function medianRun(runs: LoadResult[]): LoadResult {
-  return [...runs].sort((a, b) => a.rps - b.rps)[Math.floor(runs.length / 2)]!;
-}
-
-const summary = (r: LoadResult) => ({ rps: r.rps, p50_ms: r.p50_ms, p99_ms: r.p99_ms, non2xx: r.non2xx, errors: r.errors });
+const summary = ({ runs: _runs, ...figures }: RoundsSummary) => figures;
 
 function post(url: string, headers: Record<string, string>, body: string, agent: http.Agent): Promise<number> {
   return new Promise((resolve, reject) => {
