@@ -46,11 +46,15 @@ export async function createApp({ store, releases, logger, webhooks }: AppDeps):
   const app = express();
   app.disable("x-powered-by");
   app.set("etag", false);
-  // A write's events are committed before its response is sent: wake the delivery worker then.
-  app.use((req, res, next) => {
+  // Events are written by /v1 writes and badge syncs only, committed before the response is
+  // sent: the delivery worker is woken then. A check or download writes none, so a fleet's
+  // check-ins cost the worker no tick.
+  const wakeDeliveryAfterWrite: express.RequestHandler = (req, res, next) => {
     if (req.method !== "GET" && req.method !== "HEAD") res.once("finish", webhooks.wake);
     next();
-  });
+  };
+  app.use("/v1", wakeDeliveryAfterWrite);
+  app.use("/api/badge/sync", wakeDeliveryAfterWrite);
 
   const v1 = express.Router();
   v1.use(bearerAuth(store.db));

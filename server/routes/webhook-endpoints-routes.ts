@@ -107,7 +107,6 @@ export function webhookEndpointsRoutes(deps: {
     const key = requireIdempotencyKey(req);
     const { event } = parseInput(resendBody, req.body, "body");
     await sendIdempotent(req, res, deps.gate, key, (trx) => webhooks.resendEvent(trx, principalOf(req).livemode, pathId(req.params), event));
-    deps.webhooks.wake();
   });
 
   router.get("/webhook_endpoints/:id/attempts", scope, async (req, res) => {

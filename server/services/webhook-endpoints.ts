@@ -62,7 +62,7 @@ export const newSigningSecret = () => `whsec_${randomBytes(32).toString("base64u
 export interface WebhookContext {
   sender: WebhookSender;
   config: WebhookConfig;
-  /** wakes the delivery worker (after a resend or an enable) */
+  /** wakes the delivery worker (app.ts calls it after each /v1 write and badge sync) */
   wake: () => void;
 }
 
