@@ -169,17 +169,40 @@ export class SerialConsole {
   expectEvent(wanted: ConsoleEventKind | ((event: ConsoleEvent) => boolean), options: ExpectOptions = {}): Promise<ConsoleEvent> {
     const accepts = typeof wanted === "string" ? (event: ConsoleEvent) => event.kind === wanted : wanted;
     const what = typeof wanted === "string" ? `"${wanted}" console event` : `console event matching ${String(wanted).slice(0, 120)}`;
-    return this.#waitFor(what, options, () => {
-      for (let end = this.#pending.indexOf("\n"); end !== -1; end = this.#pending.indexOf("\n")) {
-        const line = this.#pending.slice(0, end);
-        this.#pending = this.#pending.slice(end + 1);
-        const parsed = parseConsoleLine(line);
-        if (parsed === null) continue;
-        if (!parsed.ok) throw new ConsoleProtocolError(`${this.path} broke the console contract: ${parsed.message}\n${this.#seen()}`);
-        if (accepts(parsed.event)) return parsed.event;
-      }
-      return undefined;
-    });
+    return this.#waitFor(what, options, () => this.#consumeLines(accepts));
+  }
+
+  /**
+   * The console events of the whole lines received so far, consumed, without waiting (noise is
+   * skipped); for catching up after the host looked away, as during a long wait.
+   */
+  takeEvents(): ConsoleEvent[] {
+    this.#checkUsable();
+    if (this.#waiter) throw new Error(`already waiting for ${this.#waiter.what} on ${this.path}; wait for one thing at a time`);
+    const events: ConsoleEvent[] = [];
+    try {
+      this.#consumeLines((event) => (events.push(event), false));
+    } catch (error) {
+      void this.#fail(error as Error);
+      throw error;
+    }
+    return events;
+  }
+
+  /**
+   * Consumes whole received lines up to the first console event `accepts` takes, and returns it
+   * (undefined when the lines ran out first). A malformed `@bb` line throws ConsoleProtocolError.
+   */
+  #consumeLines(accepts: (event: ConsoleEvent) => boolean): ConsoleEvent | undefined {
+    for (let end = this.#pending.indexOf("\n"); end !== -1; end = this.#pending.indexOf("\n")) {
+      const line = this.#pending.slice(0, end);
+      this.#pending = this.#pending.slice(end + 1);
+      const parsed = parseConsoleLine(line);
+      if (parsed === null) continue;
+      if (!parsed.ok) throw new ConsoleProtocolError(`${this.path} broke the console contract: ${parsed.message}\n${this.#seen()}`);
+      if (accepts(parsed.event)) return parsed.event;
+    }
+    return undefined;
   }
 
   /** Sends one command line and waits until the system has written it to the port. */

@@ -4,7 +4,8 @@
 //
 // Two kinds of badge sit behind a console. A real one lives in wall time: a power fault is a
 // relay cut at the console progress byte (powerCutPlan), `wait` sleeps, and "at rest" is a
-// resting `state` event confirmed by `status`. The simulated one served on a serial line
+// resting `state` event confirmed by `status`; with a second relay on its USB power, plugging
+// in and unplugging switch that one. The simulated one served on a serial line
 // (sim-serial-badge.ts) lives on a simulated clock, so the world's part is played by the
 // simulator-only commands `brownout`, `wait` and `rest`. Every event is also handed to the
 // model oracle when there is one; its first deviation fails the scenario.
@@ -26,6 +27,8 @@ export interface SerialTargetOptions {
   badge: "simulated" | "real";
   /** a real badge's power relay; without one, a scenario with a power fault cannot run on a real badge */
   relay?: PowerRelay | null;
+  /** a real badge's USB power relay: then `relay` is its battery, and plug/unplug switch this one */
+  usbRelay?: PowerRelay | null;
   /** how long a real badge stays without power after a cut (wall ms, default 1000) */
   powerOffMs?: number;
   /** how long one step may take before the badge counts as stuck (wall ms; default 10 s simulated, 5 min real) */
@@ -35,6 +38,8 @@ export interface SerialTargetOptions {
   oracle?: ConsoleOracle | null;
   /** where the console's transcript is saved, for failure messages */
   transcriptPath?: string;
+  /** what the rig does once the console is closed (hil run: give the badge the rig's token back) */
+  afterClose?: () => Promise<void>;
 }
 
 /** The machine state whose switchBootSlot actor writes otadata: a power cut "during the switch" aims here. */
@@ -64,6 +69,10 @@ export class SerialTarget implements BadgeTarget {
   #cutsMade = 0;
   /** the relay cut the power and the badge has not booted since: what it prints now it printed before */
   #printedBeforeCut = false;
+  /** when the power comes back after a cut (performance.now() ms), or null when it is not cut */
+  #restoreAt: number | null = null;
+  /** USB power as the scenario has it: the USB relay is switched back to this after a cut */
+  #usbPlugged = false;
   #deviation: { previous: string; observed: string; allowed: string[]; message: string } | null = null;
 
   constructor(serial: SerialConsole, options: SerialTargetOptions) {
@@ -78,24 +87,40 @@ export class SerialTarget implements BadgeTarget {
   checkForUpdate = () => this.#send({ name: "check" });
   syncNow = () => this.#send({ name: "sync" });
   tapCard = (uid: string) => this.#send({ name: "tap", uid });
-  unplug = () => this.#send({ name: "unplug" });
 
   /**
-   * On a rig the relay is the badge's external power, so plugging in is switching it on (nothing
-   * to do when it is on); a badge that was off then boots before the next step.
+   * On a rig with one relay, that relay is the badge's external power, so plugging in is switching
+   * it on (nothing to do when it is on); with a USB power relay, it is switching that one on. A
+   * badge that was off then boots, and one asleep on its battery wakes, before the next step.
    */
   async plugIn(): Promise<void> {
-    const relay = this.#options.relay;
+    const { relay, usbRelay } = this.#options;
     if (this.simulated || !relay) return this.#send({ name: "plug" });
-    this.#note("input", "plug in (relay on)");
-    await relay.on();
-    if (this.#state === "off") await this.#nextEvent(this.#options.stepTimeoutMs ?? 10_000, "a boot event after the relay powered the badge", (event) => event.kind === "boot");
+    await this.#catchUp();
+    const wakes = this.#state === "off" || (usbRelay && !this.#usbPlugged && this.#state === "asleep");
+    this.#usbPlugged = true;
+    this.#note("input", usbRelay ? "plug in (USB relay on)" : "plug in (relay on)");
+    if (this.#restoreAt !== null) return this.#restorePower();
+    await (usbRelay ?? relay).on();
+    if (wakes) await this.#nextEvent(this.#options.stepTimeoutMs ?? 10_000, "a boot event after the relay powered the badge", (event) => event.kind === "boot");
+  }
+
+  /** With a USB power relay, switching it off (while the power is cut, it stays off when the power comes back). */
+  async unplug(): Promise<void> {
+    const usbRelay = this.#options.usbRelay;
+    if (this.simulated || !usbRelay) return this.#send({ name: "unplug" });
+    this.#usbPlugged = false;
+    this.#note("input", "unplug (USB relay off)");
+    if (this.#restoreAt === null) await usbRelay.off();
   }
 
   async wait(seconds: number): Promise<void> {
     if (this.simulated) return this.#send({ name: "wait", seconds });
+    if (this.#restoreAt !== null) await this.#restorePower();
     this.#note("input", `wait ${seconds} s`);
     await sleep(seconds * 1000);
+    // what the badge printed meanwhile (it may have gone to sleep), so the next step knows where it is
+    await this.#catchUp();
   }
 
   async armBrownout(fault: PowerFault): Promise<void> {
@@ -112,6 +137,7 @@ export class SerialTarget implements BadgeTarget {
       if (!isRestingState(status.state, options)) throw new SerialTargetError(`the simulated badge said it rested, then reported state ${status.state}`);
       return;
     }
+    if (this.#restoreAt !== null) await this.#restorePower();
     const limit = performance.now() + (this.#options.stepTimeoutMs ?? 300_000);
     for (;;) {
       if (isRestingState(this.#state, options)) {
@@ -147,13 +173,24 @@ export class SerialTarget implements BadgeTarget {
   }
 
   async close(): Promise<void> {
-    await this.#serial.close();
+    try {
+      await this.#serial.close();
+    } finally {
+      await this.#options.afterClose?.();
+    }
   }
 
   /** A real badge at the start of a session: reset it, so its state is known, and wait for its boot. */
   async reset(timeoutMs = 10_000): Promise<void> {
     await this.#send({ name: "reboot" });
-    await this.#nextEvent(timeoutMs, `a boot event after reboot (is the badge asleep? press its button)`, (event) => event.kind === "boot");
+    await this.awaitBoot("after reboot (is the badge asleep? press its button)", timeoutMs);
+  }
+
+  /** A real badge at the start of a session that something else restarts: waits for its boot. */
+  async awaitBoot(why: string, timeoutMs = 10_000): Promise<void> {
+    // USB power is as the rig left it
+    if (this.#options.usbRelay) this.#usbPlugged = (await this.#options.usbRelay.state()) === "ON";
+    await this.#nextEvent(timeoutMs, `a boot event ${why}`, (event) => event.kind === "boot");
   }
 
   /**
@@ -171,6 +208,11 @@ export class SerialTarget implements BadgeTarget {
   async #send(command: ConsoleCommand): Promise<void> {
     this.#note("input", formatConsoleCommand(command));
     await this.#serial.send(command);
+  }
+
+  /** Takes the events already received, without waiting. */
+  async #catchUp(): Promise<void> {
+    for (const event of this.#serial.takeEvents()) await this.#take(event);
   }
 
   /** Reads events until one `until` accepts (default: the next one), noting each; fails on `refused`. */
@@ -264,8 +306,9 @@ export class SerialTarget implements BadgeTarget {
 
   /**
    * A real badge's power fault: the relay cuts at the planned progress byte, or as the badge
-   * enters the partition switch (its otadata erase and write take tens of ms on flash), then
-   * powers it back on.
+   * enters the partition switch (its otadata erase and write take tens of ms on flash). The power
+   * comes back when the scenario goes on (its next step, or the rest at its end), at least
+   * `powerOffMs` after the cut: as on the simulated badge, the next step happens while it is off.
    */
   async #maybeCut(at: { progress?: { bytes: number; total: number }; switch?: boolean }): Promise<void> {
     const relay = this.#options.relay;
@@ -279,13 +322,24 @@ export class SerialTarget implements BadgeTarget {
     this.#cuts.shift();
     this.#plan = null;
     this.#note("power", `relay off (${plan.cutAt === "switch" ? "at the switch" : `at byte ${plan.byte}`})`);
-    await relay.off();
+    // Both at once: one after the other, the badge would run on for the first relay's round
+    // trip (a 99 % cut then lands after the switch). The battery's command is sent first.
+    await Promise.all([relay.off(), this.#options.usbRelay?.off()]);
     this.#cutsMade++;
     await this.#enter("off");
     this.#printedBeforeCut = true;
-    await sleep(this.#options.powerOffMs ?? 1000);
-    await relay.on();
-    this.#note("power", "relay on");
+    this.#restoreAt = performance.now() + (this.#options.powerOffMs ?? 1000);
+  }
+
+  /** The power back after a cut (USB too when the scenario has it plugged in), and the boot that follows. */
+  async #restorePower(): Promise<void> {
+    await sleep(Math.max(0, this.#restoreAt! - performance.now()));
+    this.#restoreAt = null;
+    // USB first, so a badge that has it boots on it
+    if (this.#usbPlugged) await this.#options.usbRelay?.on();
+    await this.#options.relay!.on();
+    this.#note("power", this.#options.usbRelay ? `relay on, USB relay ${this.#usbPlugged ? "on" : "off"}` : "relay on");
+    await this.#nextEvent(this.#options.stepTimeoutMs ?? 10_000, "a boot event after the relay powered the badge", (event) => event.kind === "boot");
   }
 
   #observe(event: ConsoleEvent): void {

@@ -3,7 +3,8 @@
 //      N records stored (target: last/first <= 1.5, i.e. a deep page costs what a shallow one does);
 //   2. the roll of a 300-student session (target: median < 5 ms);
 //   3. record creation throughput as a ratio to a bare Express hello-world measured in the same
-//      run (target >= 0.3), with `--sync full` and, on a second line, `--sync normal`.
+//      run (target >= 0.3), with `--sync full` and, on a second line, `--sync normal`; beside
+//      each rate, the server's CPU time per request (all its threads, from /proc).
 // Everything runs on 127.0.0.1 in a fresh temporary data directory that is deleted at the end.
 // Usage: npx tsx scripts/bench-attendance.ts [--records N] [--cpu-prof DIR] [--json]
 // (`--cpu-prof DIR`: the create servers write their CPU profiles there when they stop.)
@@ -11,16 +12,18 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import SQLite from "better-sqlite3";
-import { Kysely, SqliteDialect, type CompiledQuery } from "kysely";
+import { Kysely, PostgresDialect, sql, SqliteDialect, type CompiledQuery } from "kysely";
+import pg from "pg";
 import { pino } from "pino";
 import { newId } from "../server/ids.ts";
 import { startServer } from "../server/main.ts";
 import { createApiKey } from "../server/services/api-keys.ts";
 import { importSchool, type SchoolFile } from "../server/services/school-import.ts";
 import * as attendanceStore from "../server/store/attendance-store.ts";
-import { openStore, type Store, type SyncMode } from "../server/store/database.ts";
+import { openStore, sqliteFileOf, type Store, type SyncMode } from "../server/store/database.ts";
 import type { Database, RecordsTable } from "../server/store/schema.ts";
 import {
   benchHello,
@@ -127,10 +130,10 @@ async function loadSchool(store: Store) {
   return { sessions, classes };
 }
 
-/** A fresh data directory holding the school of `plan` and one test-mode key with `scope`. */
-async function prepareDataDir(dataDir: string, plan: SchoolPlan, scope: string) {
+/** A fresh data directory (or empty PostgreSQL database) holding the school of `plan` and one test-mode key with `scope`. */
+async function prepareDataDir(dataDir: string, plan: SchoolPlan, scope: string, databaseUrl?: string) {
   // `normal` sync: this is setup, not the thing being measured.
-  const store = await openStore({ dataDir, sync: "normal" });
+  const store = await openStore({ dataDir, sync: "normal", databaseUrl });
   await importSchool(store.db, buildSchool(plan), { mode: "test", source: "bench school" });
   const key = await createApiKey(store.db, { mode: "test", scopes: [scope], name: `bench ${scope}` });
   const school = await loadSchool(store);
@@ -220,6 +223,9 @@ async function seedRecords(store: Store, records: Iterable<RecordsTable>): Promi
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 
+/** Closes the keep-alive connection benchReads's requests use (so the process can end). */
+export const closeReadsAgent = () => agent.destroy();
+
 interface Timed<T> {
   status: number;
   ms: number;
@@ -265,7 +271,7 @@ interface RollPage {
   roll: { record_id: string | null }[];
 }
 
-interface PaginationResult {
+export interface PaginationResult {
   filter: string;
   first_page_ms: number;
   last_page_ms: number;
@@ -278,7 +284,7 @@ interface PaginationResult {
   query_plan: { first_page: string[]; last_page: string[] };
 }
 
-interface RollResult {
+export interface RollResult {
   session_id: string;
   students: number;
   with_records: number;
@@ -319,24 +325,35 @@ async function timeFirstAndLast(listUrl: string, lastUrl: string, token: string)
   return { first: percentile(first, 50), last: percentile(last, 50) };
 }
 
+type ListFilter = { course_code: string; since: string; until: string };
+
 /**
- * The SQLite plan of the server's own list query (captured through a logging Kysely on a
- * second, read-only connection), for the first page and for the last page's keyset position.
+ * The plan of the server's own list query (captured through a logging Kysely on a second
+ * connection), for the first page and for the last page's keyset position: SQLite's EXPLAIN
+ * QUERY PLAN on `dbFile`, or PostgreSQL's EXPLAIN (ANALYZE) on `databaseUrl`.
  */
-async function explainListQuery(dbFile: string, filter: { course_code: string; since: string; until: string }, lastCursor?: string) {
-  const sqlite = new SQLite(dbFile, { readonly: true });
+async function explainListQuery(target: { dbFile: string } | { databaseUrl: string }, filter: ListFilter, lastCursor?: string) {
   let captured: CompiledQuery | undefined;
-  const db = new Kysely<Database>({
-    dialect: new SqliteDialect({ database: sqlite }),
-    // The list reads `records` first, then the page's students; the plan that matters is the first.
-    log: (event) => {
-      if (/from "records"/.test(event.query.sql)) captured = event.query;
-    },
-  });
+  // The list reads `records` first, then the page's students; the plan that matters is the first.
+  const log = (event: { query: CompiledQuery }) => {
+    if (/from "records"/.test(event.query.sql)) captured = event.query;
+  };
+  let explain: (query: CompiledQuery) => Promise<string[]>;
+  let db: Kysely<Database>;
+  if ("dbFile" in target) {
+    const sqlite = new SQLite(target.dbFile, { readonly: true });
+    db = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }), log });
+    explain = async (query) =>
+      (sqlite.prepare(`EXPLAIN QUERY PLAN ${query.sql}`).all(...(query.parameters as unknown[])) as { detail: string }[]).map((r) => r.detail);
+  } else {
+    const pool = new pg.Pool({ connectionString: target.databaseUrl, max: 1 });
+    db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }), log });
+    explain = async (query) =>
+      (await pool.query<{ "QUERY PLAN": string }>(`EXPLAIN (ANALYZE, BUFFERS) ${query.sql}`, query.parameters as unknown[])).rows.map((r) => r["QUERY PLAN"]);
+  }
   const plan = async (after?: [string, string]) => {
     await attendanceStore.listRecords(db, { livemode: 0, ...filter, after, limit: PAGE_LIMIT + 1 });
-    const rows = sqlite.prepare(`EXPLAIN QUERY PLAN ${captured!.sql}`).all(...(captured!.parameters as unknown[])) as { detail: string }[];
-    return rows.map((r) => r.detail);
+    return explain(captured!);
   };
   // The cursor's first part is base64url JSON holding the keyset position; reading it needs no secret.
   const after = lastCursor ? (JSON.parse(Buffer.from(lastCursor.split(".")[0]!, "base64url").toString()) as { after: [string, string] }).after : undefined;
@@ -347,23 +364,32 @@ async function explainListQuery(dbFile: string, filter: { course_code: string; s
   }
 }
 
-async function benchReads(dataDir: string, records: number) {
+/**
+ * Pagination and roll over `records` seeded records, against one in-process server on SQLite
+ * in `dataDir` or, with `databaseUrl`, on that (empty) PostgreSQL database.
+ */
+export async function benchReads(dataDir: string, records: number, databaseUrl?: string) {
   // Enough sessions that every record is a distinct (session, student) pair; the half-filled
   // roll session leaves CLASS_SIZE/2 pairs unused, hence the margin.
   const courses = 3;
   const sessionsPerCourse = Math.ceil((records + CLASS_SIZE) / (courses * CLASS_SIZE));
   const seedStarted = performance.now();
-  const { store, token, sessions, classes } = await prepareDataDir(dataDir, { courses, sessionsPerCourse }, "attendance:read");
+  const { store, token, sessions, classes } = await prepareDataDir(dataDir, { courses, sessionsPerCourse }, "attendance:read", databaseUrl);
   // The roll session: a BENCH-1 session in the middle of the seeded range.
   const rollSession = sessions.filter((s) => s.course_code === courseCode(1))[Math.floor(sessionsPerCourse / 3)]!;
   log(`seeding ${records} records (${courses} courses x ${sessionsPerCourse} sessions x ${CLASS_SIZE} students)`);
   const written = await seedRecords(store, generateRecords(records, sessions, classes, rollSession.id));
+  // PostgreSQL plans from table statistics, which autovacuum gathers within a minute or so of a
+  // bulk load; without them it guesses a handful of rows in the range and sorts all 333,000
+  // matches for the first page (a bitmap scan, 320 ms instead of 3). Measure with them, as a
+  // server running for a minute has them.
+  if (store.kind !== "sqlite") await sql`analyze records`.execute(store.db);
   const lastSeeded = await store.db.selectFrom("records").select((eb) => eb.fn.max("recorded_at").as("at")).executeTakeFirstOrThrow();
   await store.close();
   const seedSeconds = (performance.now() - seedStarted) / 1000;
   log(`seeded ${written} records in ${seedSeconds.toFixed(1)} s`);
 
-  const server = await startServer({ dataDir, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "warn" }, pino.destination(2)) });
+  const server = await startServer({ dataDir, databaseUrl, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "warn" }, pino.destination(2)) });
   try {
     // The filter: one course over the whole seeded date range, about a third of all rows.
     const from = FIRST_DAY;
@@ -378,7 +404,7 @@ async function benchReads(dataDir: string, records: number) {
     const lastUrl = walk.lastCursor === undefined ? listUrl : `${listUrl}&cursor=${encodeURIComponent(walk.lastCursor)}`;
     const times = await timeFirstAndLast(listUrl, lastUrl, token);
     const queryPlan = await explainListQuery(
-      server.store.file,
+      databaseUrl === undefined ? { dbFile: sqliteFileOf(server.store) } : { databaseUrl },
       { course_code: courseCode(0), since: `${from}T00:00:00.000Z`, until: `${addDays(to, 1)}T00:00:00.000Z` },
       walk.lastCursor,
     );
@@ -457,7 +483,7 @@ async function benchCreates(dataDir: string, sync: SyncMode, cpuProfDir: string 
   };
   const { child, url } = await spawnBadgebench(dataDir, sync, { cpuProfDir });
   try {
-    const result = await load(url, LOAD, [create]);
+    const result = await load(url, LOAD, [create], child.pid);
     if (exhausted) throw new Error(`the pool of ${pool} (session, student) pairs ran out; raise CREATE_SESSIONS_PER_COURSE`);
     return { ...result, pool };
   } finally {
@@ -504,11 +530,11 @@ function printTable(r: Report): void {
   lines.push("");
   const c = r.create;
   lines.push(`3. create throughput  ${c.connections} connections, ${c.duration_s} s after ${c.warmup_s} s warm-up`);
-  lines.push(`   hello-world express      ${c.hello.rps.toFixed(1).padStart(9)} req/s  p50 ${c.hello.p50_ms} ms`);
+  lines.push(`   hello-world express      ${c.hello.rps.toFixed(1).padStart(9)} req/s  p50 ${c.hello.p50_ms} ms  server CPU ${c.hello.server_cpu_us} us/req`);
   for (const run of c.runs) {
     const validity = run.valid ? "" : `  INVALID (${run.non2xx} non-2xx, ${run.errors} errors)`;
     lines.push(
-      `   POST /v1/attendance ${`sync=${run.sync}`.padEnd(12)}${run.rps.toFixed(1).padStart(9)} req/s  p50 ${run.p50_ms} ms  ratio ${run.ratio} (target >= ${c.target_ratio}) ${mark(run.pass)}  non-2xx ${run.non2xx}${validity}`,
+      `   POST /v1/attendance ${`sync=${run.sync}`.padEnd(12)}${run.rps.toFixed(1).padStart(9)} req/s  p50 ${run.p50_ms} ms  ratio ${run.ratio} (target >= ${c.target_ratio}) ${mark(run.pass)}  non-2xx ${run.non2xx}  server CPU ${run.server_cpu_us} us/req${validity}`,
     );
   }
   process.stdout.write(`${lines.join("\n")}\n`);
@@ -549,4 +575,5 @@ async function main(): Promise<void> {
   }).finally(() => agent.destroy());
 }
 
-await main();
+// Run when started as a script; bench-postgres.ts imports the parts it shares.
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main();

@@ -7,11 +7,12 @@ import fs from "node:fs";
 import path from "node:path";
 import { buildAppImage, OTA_SLOT_BYTES, type ReleaseEntry } from "../firmware/index.ts";
 import { publishRelease } from "../server/releases/publishing.ts";
-import { ReleaseStore } from "../server/releases/release-store.ts";
+import { DatabaseReleaseStore } from "../server/releases/database-release-store.ts";
+import { FileReleaseStore } from "../server/releases/release-store.ts";
 import { createDevice } from "../server/services/devices.ts";
 import { importSchool, type SchoolFile } from "../server/services/school-import.ts";
 import { transitionSession } from "../server/services/sessions.ts";
-import { openStore } from "../server/store/database.ts";
+import { openStore, sqliteFileOf } from "../server/store/database.ts";
 
 /** The fleet release the benchmarks publish, and the older version the badges say they run. */
 export const RELEASE_VERSION = "1.4.0";
@@ -34,6 +35,8 @@ export interface BadgeBenchPlan {
   devicesPerRoom: number;
   /** size of the published image; default BENCH_IMAGE_BYTES */
   imageBytes?: number;
+  /** a `postgres://` URL: fill that (empty) PostgreSQL database instead of SQLite in the data directory, releases included */
+  databaseUrl?: string;
 }
 
 export interface BenchDevice {
@@ -47,14 +50,16 @@ export interface BenchRoom {
   sessionId: string;
   /** the card UIDs of the room's students, all enrolled in the room's open session */
   cards: string[];
+  /** the same students' external ids, in the same order */
+  externalIds: string[];
 }
 
 export interface BadgeBench {
   dataDir: string;
-  /** the SQLite file of the data directory */
+  /** the SQLite file of the data directory (empty on PostgreSQL) */
   dbFile: string;
   release: ReleaseEntry;
-  /** the stored release image the server sends (under <data>/releases/images) */
+  /** the stored release image the server sends (under <data>/releases/images; empty on PostgreSQL, which keeps it in the database) */
   imageFile: string;
   devices: BenchDevice[];
   rooms: BenchRoom[];
@@ -90,7 +95,7 @@ function buildSchool(plan: BadgeBenchPlan, now: number): SchoolFile {
 /** Fills the (new) data directory `dataDir`; `scratchDir` receives the image file before it is published. */
 export async function prepareBadgeBench(dataDir: string, scratchDir: string, plan: BadgeBenchPlan): Promise<BadgeBench> {
   // `normal` sync: this is setup, not the thing being measured.
-  const store = await openStore({ dataDir, sync: "normal" });
+  const store = await openStore({ dataDir, sync: "normal", databaseUrl: plan.databaseUrl });
   try {
     await importSchool(store.db, buildSchool(plan, Date.now()), { mode: "test", source: "badge bench school" });
     const sessions = await store.db.selectFrom("sessions").select(["id", "room"]).where("livemode", "=", 0).execute();
@@ -101,6 +106,7 @@ export async function prepareBadgeBench(dataDir: string, scratchDir: string, pla
       code: roomCode(r),
       sessionId: sessions.find((s) => s.room === roomCode(r))!.id,
       cards: Array.from({ length: plan.studentsPerRoom }, (_, i) => cardUid(r, i)),
+      externalIds: Array.from({ length: plan.studentsPerRoom }, (_, i) => externalId(r, i)),
     }));
 
     const devices: BenchDevice[] = [];
@@ -114,14 +120,14 @@ export async function prepareBadgeBench(dataDir: string, scratchDir: string, pla
     fs.mkdirSync(scratchDir, { recursive: true });
     const imagePath = path.join(scratchDir, `badge-${RELEASE_VERSION}.bin`);
     fs.writeFileSync(imagePath, buildAppImage({ version: RELEASE_VERSION, size: plan.imageBytes ?? BENCH_IMAGE_BYTES }));
-    const releases = new ReleaseStore(dataDir);
-    const release = await publishRelease(store.db, releases, {
-      imagePath,
-      version: RELEASE_VERSION,
-      notes: ["Benchmark release"],
-      devWifiPassword: DEV_WIFI_PASSWORD,
-    });
-    return { dataDir, dbFile: store.file, release, imageFile: releases.imagePath(release), devices, rooms };
+    const publish = { imagePath, version: RELEASE_VERSION, notes: ["Benchmark release"], devWifiPassword: DEV_WIFI_PASSWORD };
+    if (store.kind !== "sqlite") {
+      const release = await publishRelease(store.db, new DatabaseReleaseStore(store.db), publish);
+      return { dataDir, dbFile: "", release, imageFile: "", devices, rooms };
+    }
+    const releases = new FileReleaseStore(dataDir);
+    const release = await publishRelease(store.db, releases, publish);
+    return { dataDir, dbFile: sqliteFileOf(store), release, imageFile: releases.imagePath(release), devices, rooms };
   } finally {
     await store.close();
   }

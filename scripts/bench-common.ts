@@ -101,15 +101,17 @@ let built = false;
 /**
  * The badgebench server in its own process, built and started as `npm start` starts it (the
  * JavaScript bundle, no TypeScript loader), on a free port of 127.0.0.1. With `cpuProfDir` node
- * writes a .cpuprofile there when the server stops.
+ * writes a .cpuprofile there when the server stops; with `databaseUrl` it runs on that
+ * PostgreSQL database (`--database`) instead of SQLite in `dataDir`.
  */
-export function spawnBadgebench(dataDir: string, sync: SyncMode, options: { cpuProfDir?: string } = {}) {
+export function spawnBadgebench(dataDir: string, sync: SyncMode, options: { cpuProfDir?: string; databaseUrl?: string } = {}) {
   if (!built) {
     execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
     built = true;
   }
   const nodeArgs = options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [];
-  return spawnServer([...nodeArgs, SERVER_BUNDLE, "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync], { LOG_LEVEL: "warn" });
+  const database = options.databaseUrl === undefined ? [] : ["--database", options.databaseUrl];
+  return spawnServer([...nodeArgs, SERVER_BUNDLE, "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync, ...database], { LOG_LEVEL: "warn" });
 }
 
 // An express() app with one route, in its own process: the ceiling for any Express route here.
@@ -161,6 +163,12 @@ export interface LoadResult {
   timeouts: number;
   p50_ms: number;
   p99_ms: number;
+  /**
+   * CPU time the server process (all its threads) spent per request answered in the measured
+   * run, in microseconds, when its pid was given: a figure the other jobs on a shared machine
+   * disturb less than the rates.
+   */
+  server_cpu_us?: number;
 }
 
 /** Several rounds of one load: the median rate and latencies, the failures of every round added up. */
@@ -171,6 +179,7 @@ export interface RoundsSummary {
   non2xx: number;
   errors: number;
   timeouts: number;
+  server_cpu_us?: number;
   runs: LoadResult[];
 }
 
@@ -182,14 +191,31 @@ export function summarizeRounds(runs: LoadResult[]): RoundsSummary {
     non2xx: runs.reduce((n, r) => n + r.non2xx, 0),
     errors: runs.reduce((n, r) => n + r.errors, 0),
     timeouts: runs.reduce((n, r) => n + r.timeouts, 0),
+    server_cpu_us: runs.every((r) => r.server_cpu_us !== undefined) ? round(median(runs.map((r) => r.server_cpu_us!)), 1) : undefined,
     runs,
   };
 }
 
-/** A warm-up run (not counted) and then the measured run, same connections and duration for every server. */
-export async function load(url: string, settings: LoadSettings, requests?: AutocannonRequest[]): Promise<LoadResult> {
+let clockTicksPerSecond: number | undefined;
+
+/** User plus system CPU time of a process so far, in microseconds, from /proc/<pid>/stat (Linux). */
+export function procCpuUs(pid: number): number {
+  clockTicksPerSecond ??= Number(execFileSync("getconf", ["CLK_TCK"]).toString());
+  // The command name (field 2) may hold spaces; the fields after its closing parenthesis are
+  // state, ppid, ... with utime and stime the 12th and 13th.
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / clockTicksPerSecond;
+}
+
+/**
+ * A warm-up run (not counted) and then the measured run, same connections and duration for every
+ * server. With `serverPid`, the server's CPU per request in the measured run is reported too.
+ */
+export async function load(url: string, settings: LoadSettings, requests?: AutocannonRequest[], serverPid?: number): Promise<LoadResult> {
   const warm = await autocannon({ url, connections: settings.connections, duration: settings.warmupS, requests });
+  const cpuBefore = serverPid === undefined ? 0 : procCpuUs(serverPid);
   const r = await autocannon({ url, connections: settings.connections, duration: settings.durationS, requests });
+  const cpu = serverPid === undefined ? undefined : procCpuUs(serverPid) - cpuBefore;
   return {
     rps: round(r.requests.average, 1),
     total: r.requests.total,
@@ -199,6 +225,7 @@ export async function load(url: string, settings: LoadSettings, requests?: Autoc
     timeouts: r.timeouts,
     p50_ms: r.latency.p50,
     p99_ms: r.latency.p99,
+    server_cpu_us: cpu === undefined || r.requests.total === 0 ? undefined : round(cpu / r.requests.total, 1),
   };
 }
 
@@ -206,7 +233,7 @@ export async function load(url: string, settings: LoadSettings, requests?: Autoc
 export async function benchHello(settings: LoadSettings): Promise<LoadResult> {
   const { child, url } = await spawnHello();
   try {
-    return await load(`${url}/`, settings);
+    return await load(`${url}/`, settings, undefined, child.pid);
   } finally {
     await stopServer(child);
   }
@@ -241,7 +268,7 @@ export async function withTempDir<T>(prefix: string, work: (dir: string) => Prom
 }
 
 // ---------------------------------------------------------------------------------------------
-// Memory of a running process
+// Memory and CPU time of a running process
 
 export interface ProcMemory {
   /** resident set size now (VmRSS), bytes */
@@ -252,14 +279,34 @@ export interface ProcMemory {
 
 /** VmRSS and VmHWM from /proc/<pid>/status; undefined once the process is gone (or off Linux). */
 export function procMemory(pid: number): ProcMemory | undefined {
-  let status: string;
+  const status = readProcFile(pid, "status");
+  if (status === undefined) return undefined;
+  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN) * 1024;
+  return { rss: kib("VmRSS"), hwm: kib("VmHWM") };
+}
+
+/**
+ * CPU seconds (user + system, every thread) the process has used, from /proc/<pid>/stat;
+ * undefined once it is gone (or off Linux). On a shared machine a process's CPU time per
+ * request moves far less with the other jobs' load than its rate does.
+ */
+export function procCpuSeconds(pid: number): number | undefined {
+  const stat = readProcFile(pid, "stat");
+  if (stat === undefined) return undefined;
+  // Fields after the command name (which may hold spaces, so it is skipped by its parenthesis):
+  // state is field 3, utime and stime are fields 14 and 15, in clock ticks (100 a second on Linux).
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_S;
+}
+
+const CLOCK_TICKS_PER_S = 100;
+
+function readProcFile(pid: number, name: string): string | undefined {
   try {
-    status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+    return fs.readFileSync(`/proc/${pid}/${name}`, "utf8");
   } catch {
     return undefined;
   }
-  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN) * 1024;
-  return { rss: kib("VmRSS"), hwm: kib("VmHWM") };
 }
 
 export const MB = 1_000_000;

@@ -13,7 +13,7 @@ import { pino } from "pino";
 import { buildAppImage } from "../firmware/index.ts";
 import { startServer } from "../server/main.ts";
 import { publishRelease } from "../server/releases/publishing.ts";
-import { ReleaseStore } from "../server/releases/release-store.ts";
+import { FileReleaseStore } from "../server/releases/release-store.ts";
 import { createApiKey } from "../server/services/api-keys.ts";
 import { importSchool } from "../server/services/school-import.ts";
 import { commandLine, log, median, percentile, positiveInt, round } from "./bench-common.ts";
@@ -33,7 +33,7 @@ async function main(): Promise<void> {
     const db = server.store.db;
     await importSchool(db, { rooms: [{ code: "R1", name: "Room 1" }, { code: "R2", name: "Room 2" }], students: [], courses: [], enrollments: [], sessions: [] }, { mode: "test" });
     const password = "bench-wifi";
-    const releases = new ReleaseStore(dataDir);
+    const releases = new FileReleaseStore(dataDir);
     for (const version of ["1.4.0", "1.5.0"]) {
       const image = path.join(dataDir, `${version}.bin`);
       fs.writeFileSync(image, buildAppImage({ version, size: 64 * 1024 }));

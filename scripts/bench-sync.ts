@@ -17,24 +17,25 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import SQLite from "better-sqlite3";
 import type { SyncMode } from "../server/store/database.ts";
 import { badgeStatusLines, prepareBadgeBench, type BenchDevice, type BenchRoom } from "./bench-badge-setup.ts";
-import { commandLine, log, percentile, positiveInt, round, spawnBadgebench, stopServer, syncModeOf, withTempDir } from "./bench-common.ts";
+import { commandLine, log, percentile, positiveInt, procCpuSeconds, round, spawnBadgebench, stopServer, syncModeOf, withTempDir } from "./bench-common.ts";
 
 const TARGET_TAPS_PER_S = 15_000;
 const SYNC_PATH = "/api/badge/sync";
 
 /** One sync: `cards` tapped on `device`, numbered from `first` in the badge's queue. */
-interface SyncRequest {
+export interface SyncRequest {
   device: BenchDevice;
   cards: string[];
   first: number;
 }
 
 /** Room by room, the room's cards in batches of `taps`; the rooms take turns. */
-function planRequests(rooms: BenchRoom[], devices: BenchDevice[], taps: number): SyncRequest[] {
+export function planRequests(rooms: BenchRoom[], devices: BenchDevice[], taps: number): SyncRequest[] {
   const batches = rooms.map((room) => {
     const device = devices.find((d) => d.room === room.code)!;
     const list: SyncRequest[] = [];
@@ -95,7 +96,7 @@ function post(agent: http.Agent, url: URL, token: string, body: string, taps: { 
   });
 }
 
-interface Phase {
+export interface Phase {
   requests: number;
   taps: number;
   accepted: number;
@@ -104,7 +105,7 @@ interface Phase {
   problems: Record<string, number>;
 }
 
-async function runPhase(agent: http.Agent, url: URL, requests: SyncRequest[], concurrency: number): Promise<Phase> {
+export async function runPhase(agent: http.Agent, url: URL, requests: SyncRequest[], concurrency: number): Promise<Phase> {
   const phase: Phase = { requests: requests.length, taps: 0, accepted: 0, seconds: 0, latencies: [], problems: {} };
   let next = 0;
   const started = performance.now();
@@ -132,7 +133,18 @@ interface Report {
   concurrency: number;
   warmup_requests: number;
   machine: { cpus: number; node: string };
-  measured: { requests: number; taps: number; accepted: number; seconds: number; taps_per_s: number; requests_per_s: number; p50_ms: number; p99_ms: number };
+  measured: {
+    requests: number;
+    taps: number;
+    accepted: number;
+    seconds: number;
+    taps_per_s: number;
+    requests_per_s: number;
+    p50_ms: number;
+    p99_ms: number;
+    /** the server process's CPU time (all its threads) over the measured requests, per request */
+    server_cpu_ms_per_request: number | null;
+  };
   problems: Record<string, number>;
   stored: { taps_sent: number; device_taps_accepted: number; device_taps_rejected: number; device_records: number };
   target_taps_per_s: number;
@@ -151,6 +163,7 @@ function printTable(r: Report): void {
     `  measured: ${m.requests} requests, ${m.taps} taps (${m.accepted} accepted) in ${m.seconds} s`,
     `  ${m.taps_per_s} taps/s (target >= ${r.target_taps_per_s}): ${r.pass ? "ok" : r.valid ? "MISSED" : "INVALID (taps not accepted or not stored)"}`,
     `  ${m.requests_per_s} requests/s, p50 ${m.p50_ms} ms, p99 ${m.p99_ms} ms`,
+    `  server CPU ${m.server_cpu_ms_per_request ?? "(unknown)"} ms per request (user + system, all its threads; less moved by other jobs than the rate)`,
     `  stored: ${s.device_taps_accepted} accepted taps, ${s.device_taps_rejected} rejected, ${s.device_records} device records, of ${s.taps_sent} taps sent`,
   ];
   for (const [problem, n] of Object.entries(r.problems)) lines.push(`  PROBLEM: ${n} x ${problem}`);
@@ -193,7 +206,10 @@ async function main(): Promise<void> {
       log(`warm-up: ${warmup} requests`);
       const warm = await runPhase(agent, url, requests.slice(0, warmup), concurrency);
       log(`measuring: ${requests.length - warmup} requests of ${taps} taps, ${concurrency} in flight`);
+      const cpuBefore = procCpuSeconds(server.child.pid!);
       const run = await runPhase(agent, url, requests.slice(warmup), concurrency);
+      const cpuAfter = procCpuSeconds(server.child.pid!);
+      const serverCpuS = cpuBefore === undefined || cpuAfter === undefined ? null : cpuAfter - cpuBefore;
       log(`  ${round(run.accepted / run.seconds, 0)} taps/s`);
       agent.destroy();
       await stopServer(server.child);
@@ -234,6 +250,7 @@ async function main(): Promise<void> {
           requests_per_s: round(run.requests / run.seconds, 1),
           p50_ms: round(percentile(run.latencies, 50), 1),
           p99_ms: round(percentile(run.latencies, 99), 1),
+          server_cpu_ms_per_request: serverCpuS === null ? null : round((serverCpuS * 1000) / run.requests, 2),
         },
         problems,
         stored,
@@ -254,4 +271,5 @@ async function main(): Promise<void> {
   if (!report.valid) process.exitCode = 1;
 }
 
-await main();
+// Run when started as a script; bench-postgres.ts imports the parts it shares.
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main();

@@ -4,9 +4,10 @@ import fs from "node:fs";
 import path from "node:path";
 import yargs, { type Argv } from "yargs";
 import { ApiError } from "../server/errors.ts";
-import { ListenError, resolveDataDir } from "../server/main.ts";
+import { ListenError, resolveDatabaseUrl, resolveDataDir } from "../server/main.ts";
 import { promoteRelease, PublishRefusal, publishRelease, WIFI_PASSWORD_ENV } from "../server/releases/publishing.ts";
-import { ReleaseStore, ReleaseStoreError } from "../server/releases/release-store.ts";
+import { openReleaseStore } from "../server/releases/open-release-store.ts";
+import { ReleaseStoreError } from "../server/releases/release-store.ts";
 import { ApiKeyError, createApiKey, listApiKeys, revokeApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool, SchoolImportError } from "../server/services/school-import.ts";
 import { listReleases } from "../server/services/releases.ts";
@@ -23,21 +24,23 @@ import { runHilFlashCommand, runHilMonitor, runHilPorts } from "./hil-console.ts
 import { cliFailure, type ErrorBody } from "./cli-failure.ts";
 import { serve, serveOptions } from "./serve.ts";
 import { SimSetupError } from "./sim-server.ts";
-import { openStore, type Store } from "../server/store/database.ts";
+import { openStore, StoreError, type Store } from "../server/store/database.ts";
 import { WebhookConfigError } from "../server/webhooks/webhook-config.ts";
 import { startListener } from "./webhooks-listen.ts";
 
 interface AdminArgs {
   data?: string;
+  database?: string;
   json: boolean;
 }
 
 /** Errors a user can fix; printed as a message, never as a stack trace. */
-const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError, SimSetupError, WebhookConfigError];
+const USER_ERRORS = [ApiKeyError, SchoolImportError, ApiError, ListenError, DeviceError, PublishRefusal, ReleaseStoreError, SimSetupError, WebhookConfigError, StoreError];
 
 function errorBody(error: Error): ErrorBody {
   if (error instanceof ApiError) return { code: error.code, message: error.message };
   if (error instanceof ListenError) return { code: "listen_failed", message: error.message };
+  if (error instanceof StoreError) return { code: "database_error", message: error.message };
   if (error instanceof PublishRefusal) return { code: "refused", message: error.message, reasons: error.reasons };
   return { code: "invalid_request", message: error.message };
 }
@@ -57,7 +60,7 @@ function print(args: AdminArgs, json: unknown, text: string) {
 }
 
 async function withStore<T>(args: AdminArgs, run: (store: Store) => Promise<T>): Promise<void> {
-  const store = await openStore({ dataDir: resolveDataDir(args.data) });
+  const store = await openStore({ dataDir: resolveDataDir(args.data), databaseUrl: resolveDatabaseUrl(args.database) });
   try {
     await run(store);
   } finally {
@@ -68,6 +71,7 @@ async function withStore<T>(args: AdminArgs, run: (store: Store) => Promise<T>):
 const adminOptions = (y: Argv) =>
   y
     .option("data", { type: "string", describe: "data directory (default $BADGEBENCH_DATA or ./var)" })
+    .option("database", { type: "string", describe: "PostgreSQL URL instead of SQLite in the data directory (default $DATABASE_URL)" })
     .option("json", { type: "boolean", default: false, describe: "print exactly one JSON object" });
 
 export function buildCli(argv: string[]) {
@@ -195,7 +199,7 @@ export function buildCli(argv: string[]) {
           .option("wifi-password-file", { type: "string", describe: `file whose first line is the developer Wi-Fi password (default $${WIFI_PASSWORD_ENV})` }),
       (args) =>
         withStore(args, async (store) => {
-          const releases = new ReleaseStore(resolveDataDir(args.data));
+          const releases = openReleaseStore(store.db, resolveDataDir(args.data));
           const entry = await publishRelease(store.db, releases, {
             imagePath: path.resolve(args.image),
             version: args.version,
@@ -213,7 +217,7 @@ export function buildCli(argv: string[]) {
         .demandCommand(1, "name a release command")
         .command("list", "list published releases", adminOptions, (args) =>
           withStore(args, async (store) => {
-            const manifest = new ReleaseStore(resolveDataDir(args.data)).read();
+            const manifest = await openReleaseStore(store.db, resolveDataDir(args.data)).read();
             const releases = await listReleases(store.db, manifest);
             const lines = releases.map((r) => {
               const report = r.canary?.last_report;
@@ -234,7 +238,7 @@ export function buildCli(argv: string[]) {
               .option("reason", { type: "string", describe: "why; recorded in the manifest" }),
           (args) =>
             withStore(args, async (store) => {
-              const releases = new ReleaseStore(resolveDataDir(args.data));
+              const releases = openReleaseStore(store.db, resolveDataDir(args.data));
               const entry = await promoteRelease(store.db, releases, args.version, { force: args.force, reason: args.reason });
               const how = entry.promoted?.forced ? "forced without the canary's report" : `canary reported ok (${entry.promoted?.canary_report})`;
               print(args, entry, `${entry.version} is now the fleet's release: ${how}`);
@@ -261,7 +265,7 @@ export function buildCli(argv: string[]) {
         )
         .command("list", "list badges with their firmware state", adminOptions, (args) =>
           withStore(args, async (store) => {
-            const manifest = new ReleaseStore(resolveDataDir(args.data)).read();
+            const manifest = await openReleaseStore(store.db, resolveDataDir(args.data)).read();
             const now = new Date();
             const devices = await Promise.all((await listDevices(store.db)).map((row) => fleetViewOf(store.db, row, manifest, now)));
             const lines = devices.map(

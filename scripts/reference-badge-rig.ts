@@ -3,10 +3,17 @@
 //
 // - the badge: `make` builds the host program; it runs on the device end of a socat pty pair,
 //   and `hil run`'s rig file names the other end as the badge's port;
-// - its power: a Tasmota-style relay on MQTT (`cmnd/<topic>/POWER`, answered on
-//   `stat/<topic>/POWER`) whose switch starts the badge process or kills it with SIGKILL, so a
-//   power cut goes through hil/power-relay.ts and the broker as on a real bench;
-// - its bench supply: the volts and USB power the scenario starts with (`--mv`, `--power`);
+// - its power: two Tasmota-style relays on MQTT (`cmnd/<topic>/POWER`, answered on
+//   `stat/<topic>/POWER`; topics `reference-badge-<random>` and `...-usb`), one on its battery
+//   and one on its USB power. The badge process runs
+//   while either is on: the first switched on starts it, the last switched off kills it with
+//   SIGKILL, and the USB relay's state is what the badge's VBUS sense reads (its `--usb` file),
+//   so power cuts, unplugging and plugging in go through hil/power-relay.ts and the broker as on
+//   a real bench;
+// - its bench supply: the volts the scenario starts with (`--mv`), and whether its USB power is
+//   plugged in, charging or not;
+// - its provisioning: the rig file's `provision` command is `reference-badge provision` on its
+//   NVS file, run with both relays off, so `hil run` can give it a revoked token and its own back;
 // - the server: one in this process (scripts/sim-server.ts) per group, publishing what the
 //   group's scenarios say (`server.published`, `server.release`);
 // - the network: the badge's NVS points at the fault proxy `hil run` starts for every scenario.
@@ -14,13 +21,14 @@
 // As QA would on a bench, scenarios are played in groups that start the same way (badge version,
 // supply, releases): before each group the server is set up, the badge is flashed with the
 // starting version and provisioned as a new device on it (nvs erased), the supply set, and the
-// relay switched on; one `hil run` then plays the group. A group ends after a scenario that
+// relays switched on; one `hil run` then plays the group. A group ends after a scenario that
 // leaves the badge on another version (the next needs a flash).
 //
 // Usage: npx tsx scripts/reference-badge-rig.ts [SCENARIOS...] [--json] [--link-kib-s 64] [--work DIR]
 // (default: every file in fixtures/scenarios; --work keeps the flash, NVS, badge log and
 // transcripts in DIR). Exit 1 when a scenario failed or errored.
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -31,13 +39,16 @@ import mqtt, { type MqttClient } from "mqtt";
 import { loadScenario, type Scenario } from "../badge-sim/scenario.ts";
 import { buildAppImage } from "../firmware/index.ts";
 import { openPtyPair } from "../hil/pty-pair.ts";
+import { TOKEN_PLACEHOLDER } from "../hil/rig-file.ts";
 import { CLI, ROOT } from "./bench-common.ts";
 import { scenarioFiles } from "./sim-run.ts";
 import { startSimServer, type SimServer } from "./sim-server.ts";
 
 const BADGE_DIR = path.join(ROOT, "firmware/reference-badge");
 const BADGE = path.join(BADGE_DIR, "build/reference-badge");
-const RELAY_TOPIC = "reference-badge";
+// Topics of this run's own: on a shared broker, another bench's commands must not switch this badge.
+const RELAY_TOPIC = `reference-badge-${crypto.randomBytes(4).toString("hex")}`;
+const USB_RELAY_TOPIC = `${RELAY_TOPIC}-usb`;
 /** the badge's starting image; the fleet's older releases are only there to be known */
 const IMAGE_BYTES = 256 * 1024;
 const HISTORY_IMAGE_BYTES = 64 * 1024;
@@ -73,46 +84,95 @@ export function groupScenarios(scenarios: Scenario[]): Array<{ bench: Bench; sce
   return groups.map(({ bench, scenarios: group }) => ({ bench, scenarios: group }));
 }
 
+/** What USB power gives the badge when its relay is on: the `--usb` file's word. */
+export type UsbSupply = "charging" | "external";
+
+export interface ProcessRelayOptions {
+  brokerUrl: string;
+  /** the battery relay's topic */
+  topic: string;
+  /** the USB power relay's topic */
+  usbTopic: string;
+  /** the badge's `--usb` file: `charging` or `external` while the USB relay is on, `none` while off */
+  usbFile: string;
+  start: () => ChildProcess;
+}
+
 /**
- * The relay as Tasmota speaks it, switching a process: ON starts it (if it is not running), OFF
- * kills it with SIGKILL (a power cut), an empty command asks; every answer is a non-retained
- * `stat/<topic>/POWER`. Commands are handled one at a time, in the order they came.
+ * Two relays as Tasmota speaks them, powering one process: the badge runs while the battery or
+ * the USB relay is on (switching one on starts it if it is not running), and switching the last
+ * one off kills it with SIGKILL (a power cut). The USB relay's state is written to the badge's
+ * `--usb` file, which it reads as its VBUS sense. ON, OFF, or an empty command (a question) on
+ * `cmnd/<topic>/POWER`; every answer is a non-retained `stat/<topic>/POWER`. Commands are handled
+ * one at a time, in the order they came.
  */
 export class ProcessRelay {
-  readonly topic: string;
-  /** switches that MQTT commands made (the rig's power cuts and restores) */
+  readonly topics: { battery: string; usb: string };
+  /** process starts and kills that MQTT commands made (a power cut is one kill) */
   readonly switched = { on: 0, off: 0 };
+  /** what USB power is while plugged in (set per group of scenarios) */
+  usbSupply: UsbSupply = "charging";
   #client: MqttClient;
-  #start: () => ChildProcess;
+  #options: ProcessRelayOptions;
+  #contacts = { battery: false, usb: false };
   #child: ChildProcess | null = null;
   #exited: Promise<void> = Promise.resolve();
   #queue: Promise<void> = Promise.resolve();
 
-  private constructor(client: MqttClient, topic: string, start: () => ChildProcess) {
+  private constructor(client: MqttClient, options: ProcessRelayOptions) {
     this.#client = client;
-    this.topic = topic;
-    this.#start = start;
+    this.#options = options;
+    this.topics = { battery: options.topic, usb: options.usbTopic };
   }
 
-  static async connect(brokerUrl: string, topic: string, start: () => ChildProcess): Promise<ProcessRelay> {
-    const client = await mqtt.connectAsync(brokerUrl, { connectTimeout: 5000, reconnectPeriod: 0 });
-    const relay = new ProcessRelay(client, topic, start);
+  static async connect(options: ProcessRelayOptions): Promise<ProcessRelay> {
+    const client = await mqtt.connectAsync(options.brokerUrl, { connectTimeout: 5000, reconnectPeriod: 0 });
+    const relay = new ProcessRelay(client, options);
+    relay.#writeUsb();
+    const contactOf: Record<string, "battery" | "usb"> = { [`cmnd/${options.topic}/POWER`]: "battery", [`cmnd/${options.usbTopic}/POWER`]: "usb" };
     client.on("message", (received, payload) => {
-      if (received !== `cmnd/${topic}/POWER`) return;
-      relay.#queue = relay.#queue.then(() => relay.#command(payload.toString().trim().toUpperCase()));
+      const contact = contactOf[received];
+      if (!contact) return;
+      relay.#queue = relay.#queue.then(() => relay.#command(contact, payload.toString().trim().toUpperCase()));
     });
-    await client.subscribeAsync(`cmnd/${topic}/POWER`, { qos: 1 });
+    await client.subscribeAsync(Object.keys(contactOf), { qos: 1 });
     return relay;
   }
 
+  /** the badge process runs */
   get isOn(): boolean {
     return this.#child !== null;
   }
 
-  /** Switches on: the badge process starts (as the relay's contact closes). */
-  async on(): Promise<void> {
+  /** Switches one relay; resolves once the process has started or is gone, as that switch makes it. */
+  async set(contact: "battery" | "usb", on: boolean): Promise<void> {
+    this.#contacts[contact] = on;
+    const powered = this.#contacts.battery || this.#contacts.usb;
+    if (!powered) await this.#kill();
+    // the VBUS sense follows the USB relay; a process killed first never saw it go
+    this.#writeUsb();
+    if (powered) this.#start();
+  }
+
+  /** Both relays off: the process is gone before this resolves. */
+  async off(): Promise<void> {
+    await this.set("battery", false);
+    await this.set("usb", false);
+  }
+
+  async close(): Promise<void> {
+    await this.#queue;
+    await this.off();
+    await this.#client.endAsync();
+  }
+
+  #writeUsb(): void {
+    fs.writeFileSync(this.#options.usbFile, `${this.#contacts.usb ? this.usbSupply : "none"}\n`);
+  }
+
+  #start(): void {
     if (this.#child) return;
-    const child = this.#start();
+    const child = this.#options.start();
     this.#child = child;
     this.#exited = new Promise((resolve) => child.once("close", () => resolve()));
     child.once("close", () => {
@@ -122,8 +182,7 @@ export class ProcessRelay {
     child.once("error", (error) => console.error(`reference-badge-rig: the badge did not start: ${error.message}`));
   }
 
-  /** Switches off: SIGKILL, and the process is gone before this resolves. */
-  async off(): Promise<void> {
+  async #kill(): Promise<void> {
     const child = this.#child;
     if (!child) return;
     child.kill("SIGKILL");
@@ -131,22 +190,13 @@ export class ProcessRelay {
     this.#child = null;
   }
 
-  async close(): Promise<void> {
-    await this.#queue;
-    await this.off();
-    await this.#client.endAsync();
-  }
-
-  async #command(payload: string): Promise<void> {
-    if (payload === "ON" && !this.isOn) {
-      this.switched.on++;
-      await this.on();
-    }
-    if (payload === "OFF" && this.isOn) {
-      this.switched.off++;
-      await this.off();
-    }
-    await this.#client.publishAsync(`stat/${this.topic}/POWER`, this.isOn ? "ON" : "OFF", { qos: 1, retain: false });
+  async #command(contact: "battery" | "usb", payload: string): Promise<void> {
+    const wasOn = this.isOn;
+    if (payload === "ON" || payload === "OFF") await this.set(contact, payload === "ON");
+    if (this.isOn && !wasOn) this.switched.on++;
+    if (!this.isOn && wasOn) this.switched.off++;
+    // not waited for: the next command (the other relay of a cut) is switched at once, as by a relay
+    this.#client.publish(`stat/${this.topics[contact]}/POWER`, this.#contacts[contact] ? "ON" : "OFF", { qos: 1, retain: false });
   }
 }
 
@@ -172,7 +222,7 @@ export interface ReferenceRigRun {
   results: HilScenarioResult[];
   /** hil run processes started, one per group */
   groups: number;
-  /** how often MQTT commands switched the badge on and off (a power cut is one off) */
+  /** how often MQTT commands started and killed the badge process (a power cut is one off) */
   relay: { on: number; off: number };
   wallMs: number;
 }
@@ -207,20 +257,29 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
   try {
     const proxyPort = await freePort();
     const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
-    // the bench supply the relay powers the badge from: set per group
-    const supply = { mv: 3950, power: "charging" };
+    // the battery's volts on the bench supply: set per group
+    const supply = { mv: 3950 };
     const linkKibS = String(options.linkKibS ?? 64);
-    relay = await ProcessRelay.connect(brokerUrl, RELAY_TOPIC, () =>
-      spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(supply.mv), "--power", supply.power, "--link-kib-s", linkKibS], {
-        stdio: ["ignore", badgeLog, badgeLog],
-      }),
-    );
+    const usbFile = path.join(work, "usb.txt");
+    relay = await ProcessRelay.connect({
+      brokerUrl,
+      topic: RELAY_TOPIC,
+      usbTopic: USB_RELAY_TOPIC,
+      usbFile,
+      start: () =>
+        spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(supply.mv), "--usb", usbFile, "--link-kib-s", linkKibS], {
+          stdio: ["ignore", badgeLog, badgeLog],
+        }),
+    });
+    const badgeUrl = `http://127.0.0.1:${proxyPort}`;
     for (const [index, group] of groups.entries()) {
       const files = group.scenarios.map((scenario) => scenario.file);
       options.onGroup?.(index, groups.length, group.bench, files);
       await relay.off();
       const { bench } = group;
-      Object.assign(supply, { mv: bench.mv, power: bench.power });
+      supply.mv = bench.mv;
+      // plugged in later, a badge that starts on its battery charges
+      relay.usbSupply = bench.power === "external" ? "external" : "charging";
       // the server as the group's scenarios say: the fleet's history, then the release
       await server?.close();
       server = await startSimServer();
@@ -231,8 +290,10 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
       fs.writeFileSync(image, buildAppImage({ version: bench.version, size: IMAGE_BYTES }));
       execFileSync(BADGE, ["flash", "--flash", flash, image], { stdio: "ignore" });
       const device = await server.addDevice(`reference badge, group ${index + 1}`);
-      execFileSync(BADGE, ["provision", "--nvs", nvs, "--server", `http://127.0.0.1:${proxyPort}`, "--token", device.token], { stdio: "ignore" });
-      await relay.on();
+      execFileSync(BADGE, ["provision", "--nvs", nvs, "--server", badgeUrl, "--token", device.token], { stdio: "ignore" });
+      // USB first, so a badge that has it boots on it
+      await relay.set("usb", bench.power !== "battery");
+      await relay.set("battery", true);
       const rig = path.join(work, "rig.json");
       fs.writeFileSync(
         rig,
@@ -240,6 +301,8 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
           name: "reference-badge",
           port: pair.host,
           power: { broker: brokerUrl, topic: RELAY_TOPIC },
+          usbPower: { broker: brokerUrl, topic: USB_RELAY_TOPIC },
+          provision: { command: [BADGE, "provision", "--nvs", nvs, "--server", badgeUrl, "--token", TOKEN_PLACEHOLDER], powerOff: true },
           server: { url: `${server.url}/`, deviceToken: device.token, dataDir: server.dataDir },
           proxy: { host: "127.0.0.1", port: proxyPort },
         }),

@@ -4,13 +4,15 @@
 // idle RSS counts each of them). The options are the full command line's `serve` options.
 import { parseArgs } from "node:util";
 import { ListenError } from "../server/main.ts";
+import { StoreError } from "../server/store/database.ts";
 import { WebhookConfigError } from "../server/webhooks/webhook-config.ts";
 import { cliFailure } from "./cli-failure.ts";
 import { serve, SERVE_HELP, serveDefaults, SYNC_MODES, type ServeArgs } from "./serve.ts";
 
-const USAGE = `usage: npm start -- [--port N] [--host H] [--data DIR] [--demo] [--sync ${SYNC_MODES.join("|")}]
-  --port   ${SERVE_HELP.port}
-  --data   ${SERVE_HELP.data}
+const USAGE = `usage: npm start -- [--port N] [--host H] [--data DIR] [--database URL] [--demo] [--sync ${SYNC_MODES.join("|")}]
+  --port     ${SERVE_HELP.port}
+  --data     ${SERVE_HELP.data}
+  --database ${SERVE_HELP.database}
   --demo   ${SERVE_HELP.demo}
 `;
 
@@ -26,6 +28,7 @@ function parseServeArgs(argv: string[]): ServeArgs | "help" {
         port: { type: "string" },
         host: { type: "string", default: defaults.host },
         data: { type: "string" },
+        database: { type: "string" },
         demo: { type: "boolean", default: false },
         sync: { type: "string", default: defaults.sync },
         help: { type: "boolean", default: false },
@@ -39,12 +42,12 @@ function parseServeArgs(argv: string[]): ServeArgs | "help" {
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`--port must be a whole number from 0 to 65535, got ${values.port}`);
   const sync = SYNC_MODES.find((mode) => mode === values.sync);
   if (!sync) throw new UsageError(`--sync must be one of ${SYNC_MODES.join(", ")}, got ${values.sync}`);
-  return { port, host: values.host, data: values.data, demo: values.demo, sync };
+  return { port, host: values.host, data: values.data, database: values.database, demo: values.demo, sync };
 }
 
 const argv = process.argv.slice(2);
-const fail = cliFailure(argv, [ListenError, WebhookConfigError], (error) => ({
-  code: error instanceof ListenError ? "listen_failed" : "invalid_request",
+const fail = cliFailure(argv, [ListenError, WebhookConfigError, StoreError], (error) => ({
+  code: error instanceof ListenError ? "listen_failed" : error instanceof StoreError ? "database_error" : "invalid_request",
   message: error.message,
 }));
 try {

@@ -4,10 +4,10 @@
 import fs from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Argv } from "yargs";
-import { resolveDataDir, startServer } from "../server/main.ts";
+import { resolveDatabaseUrl, resolveDataDir, startServer } from "../server/main.ts";
 import { createApiKey, SCOPES } from "../server/services/api-keys.ts";
 import { importSchool } from "../server/services/school-import.ts";
-import type { Store, SyncMode } from "../server/store/database.ts";
+import { StoreError, type PostgresSettings, type Store, type SyncMode } from "../server/store/database.ts";
 import { countStudents } from "../server/store/school-store.ts";
 import { webhookConfigFromEnv } from "../server/webhooks/webhook-config.ts";
 
@@ -29,6 +29,7 @@ export interface ServeArgs {
   port: number;
   host: string;
   data?: string;
+  database?: string;
   demo: boolean;
   sync: SyncMode;
 }
@@ -42,9 +43,27 @@ export const serveDefaults = (env = process.env) => ({
   sync: (env.BADGEBENCH_SQLITE_SYNC ?? "full") as SyncMode,
 });
 
+/** PostgreSQL's pool size and statement timeout from the environment (the configuration table). */
+export function postgresSettingsFromEnv(env = process.env): Partial<PostgresSettings> {
+  const positive = (name: string): number | undefined => {
+    const text = env[name];
+    if (text === undefined || text === "") return undefined;
+    const value = Number(text);
+    if (!Number.isInteger(value) || value < 1) throw new StoreError(`${name} must be a whole number of at least 1, got '${text}'`);
+    return value;
+  };
+  const settings: Partial<PostgresSettings> = {};
+  const poolSize = positive("DATABASE_POOL_SIZE");
+  const statementTimeoutMs = positive("DATABASE_STATEMENT_TIMEOUT_MS");
+  if (poolSize !== undefined) settings.poolSize = poolSize;
+  if (statementTimeoutMs !== undefined) settings.statementTimeoutMs = statementTimeoutMs;
+  return settings;
+}
+
 export const SERVE_HELP = {
   port: "port (0 picks a free one)",
   data: "data directory (default $BADGEBENCH_DATA or ./var)",
+  database: "PostgreSQL URL postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE instead of SQLite in the data directory (default $DATABASE_URL)",
   demo: "load the demo school into an empty data directory",
 };
 
@@ -55,6 +74,7 @@ export const serveOptions = (y: Argv) => {
     .option("port", { type: "number", default: defaults.port, describe: SERVE_HELP.port })
     .option("host", { type: "string", default: defaults.host })
     .option("data", { type: "string", describe: SERVE_HELP.data })
+    .option("database", { type: "string", describe: SERVE_HELP.database })
     .option("demo", { type: "boolean", default: false, describe: SERVE_HELP.demo })
     .option("sync", { choices: SYNC_MODES, default: defaults.sync });
 };
@@ -63,6 +83,8 @@ export const serveOptions = (y: Argv) => {
 export async function serve(args: ServeArgs): Promise<void> {
   const server = await startServer({
     dataDir: resolveDataDir(args.data),
+    databaseUrl: resolveDatabaseUrl(args.database),
+    postgres: postgresSettingsFromEnv(),
     port: args.port,
     host: args.host,
     sync: args.sync,

@@ -64,7 +64,7 @@ export async function runSimFleet(options: SimFleetOptions): Promise<number> {
 
   const server = (await connectNamedServer(options.server, options.data)) ?? (await startSimServer());
   try {
-    const release = server.inProcess ? await publishReleases(server, imageSize) : releasesOffered(server);
+    const release = server.inProcess ? await publishReleases(server, imageSize) : await releasesOffered(server);
     const tokens = await addDevices(server, badges);
     const samples: FleetSample[] = [];
     const printer = options.progress ? progressPrinter() : undefined;
@@ -119,8 +119,8 @@ export async function publishReleases(server: SimServer, size: number): Promise<
 }
 
 /** The server's fleet release, and the one published before it for the badges to run. */
-function releasesOffered(server: SimServer): Releases {
-  const { fleet, releases } = server.manifest();
+async function releasesOffered(server: SimServer): Promise<Releases> {
+  const { fleet, releases } = await server.manifest();
   const at = releases.findIndex((release) => release.version === fleet);
   if (at === -1) return { from: "0.0.0", to: null, size: null };
   return { from: releases[at - 1]?.version ?? "0.0.0", to: releases[at]!.version, size: releases[at]!.size };

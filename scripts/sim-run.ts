@@ -155,7 +155,7 @@ function prepareOnRunningServer(server: SimServer): PrepareScenario {
  */
 export async function releaseMismatch(server: SimServer, deviceId: string, scenario: Scenario): Promise<string | null> {
   const wanted = scenario.server.release;
-  const offered = server.targetFor(deviceId);
+  const offered = await server.targetFor(deviceId);
   const offeredCrashes = offered ? containsBytes(await server.imageOf(offered), new TextEncoder().encode(CRASH_ON_BOOT_MARKER)) : false;
   const describe = (version: string | undefined, crashes: boolean) => (version ? `${version}${crashes ? " (an image that crashes on boot)" : ""}` : "no release");
   if (offered?.version === wanted?.version && offeredCrashes === (wanted?.crashOnBoot ?? false)) return null;

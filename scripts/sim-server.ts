@@ -11,7 +11,8 @@ import { pino } from "pino";
 import { buildAppImage, type Manifest, type ReleaseEntry } from "../firmware/index.ts";
 import { startServer } from "../server/main.ts";
 import { publishRelease } from "../server/releases/publishing.ts";
-import { ReleaseStore, targetFor } from "../server/releases/release-store.ts";
+import { openReleaseStore } from "../server/releases/open-release-store.ts";
+import { targetFor } from "../server/releases/release-store.ts";
 import { createApiKey } from "../server/services/api-keys.ts";
 import { createDevice, revokeDevice } from "../server/services/devices.ts";
 import { importSchool } from "../server/services/school-import.ts";
@@ -47,9 +48,9 @@ export interface SimServer {
   addDevice(name: string): Promise<{ id: string; token: string }>;
   revokeDevice(id: string): Promise<void>;
   publish(release: SimRelease): Promise<ReleaseEntry>;
-  manifest(): Manifest;
+  manifest(): Promise<Manifest>;
   /** the release the server offers this device, or null */
-  targetFor(deviceId: string): ReleaseEntry | null;
+  targetFor(deviceId: string): Promise<ReleaseEntry | null>;
   /** the bytes of a published release's image */
   imageOf(entry: ReleaseEntry): Promise<Uint8Array>;
   close(): Promise<void>;
@@ -100,7 +101,7 @@ export async function connectSimServer(url: string, dataDir: string): Promise<Si
 
 async function simServerOver(url: string, dataDir: string, store: Store, inProcess: boolean, close: () => Promise<void>): Promise<SimServer> {
   const db = store.db;
-  const releases = new ReleaseStore(dataDir);
+  const releases = openReleaseStore(db, dataDir);
   const imageDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-sim-images-"));
   // The simulator's images never contain a password; publish still insists one is configured.
   const devWifiPassword = crypto.randomBytes(12).toString("hex");
@@ -130,7 +131,7 @@ async function simServerOver(url: string, dataDir: string, store: Store, inProce
       });
     },
     manifest: () => releases.read(),
-    targetFor: (deviceId) => targetFor(releases.read(), deviceId) ?? null,
+    targetFor: async (deviceId) => targetFor(await releases.read(), deviceId) ?? null,
     imageOf: (entry) => releases.imageBytes(entry),
     async close() {
       fs.rmSync(imageDir, { recursive: true, force: true });

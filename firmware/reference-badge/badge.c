@@ -436,6 +436,8 @@ static bb_next switch_slot(bb_badge *b, bb_slot slot) {
 }
 
 /* esp_ota_begin / esp_ota_write over the HTTP/1.0 download, MD5 as it writes */
+static bool on_external_power(bb_badge *b) { return b->hw->power(b->hw->ctx).source != BB_POWER_BATTERY; }
+
 static bb_next download(bb_badge *b) {
     char token[BB_TOKEN_MAX];
     char why[120];
@@ -480,6 +482,11 @@ static bb_next download(bb_badge *b) {
     show_progress(b, 0);
     for (;;) {
         serve_console(b);
+        if (!on_external_power(b)) {
+            b->hw->http_close(b->hw->ctx);
+            progress_text(at, sizeof at, b->received, offer->size);
+            return fail(b, "external power removed during download at %s", at);
+        }
         long n = b->hw->http_read(b->hw->ctx, b->chunk + buffered, sizeof b->chunk - buffered);
         if (n > 0 && b->received + (unsigned long long)n > offer->size) {
             b->hw->http_close(b->hw->ctx);
@@ -600,8 +607,6 @@ static bb_next check_now(bb_badge *b) {
 
 /* ---- start, commands, sleep ---- */
 
-static bool on_external_power(bb_badge *b) { return b->hw->power(b->hw->ctx).source != BB_POWER_BATTERY; }
-
 bb_next bb_badge_start(bb_badge *b, const bb_platform *hw, const bb_boot_info *boot) {
     memset(b, 0, sizeof *b);
     b->hw = hw;
@@ -639,7 +644,8 @@ bb_next bb_badge_start(bb_badge *b, const bb_platform *hw, const bb_boot_info *b
     bool pending = nvs_get(b, KEY_REPORT, report, sizeof report);
     if (pending) notify_report(b, report);
     b->contact_due = pending || unix_ms(b) >= nvs_number(b, KEY_CONTACT_AFTER, 0);
-    if (on_external_power(b) && b->contact_due) sync_now(b);
+    b->external = on_external_power(b);
+    if (b->external && b->contact_due) sync_now(b);
     else enter(b, "awake.idle");
     return BB_NEXT_RUN;
 }
@@ -745,8 +751,19 @@ bb_next bb_badge_command(bb_badge *b, const char *line) {
 }
 
 bb_next bb_badge_idle(bb_badge *b) {
+    bool plugged = on_external_power(b) && !b->external;
+    b->external = on_external_power(b);
+    if (plugged && is_awake(b)) {
+        /* awake.opportunity: a pending report, or a contact due, goes out now */
+        b->last_input_ms = b->hw->uptime_ms(b->hw->ctx);
+        char report[BB_REPORT_MAX];
+        if (nvs_get(b, KEY_REPORT, report, sizeof report) || unix_ms(b) >= nvs_number(b, KEY_CONTACT_AFTER, 0)) sync_now(b);
+        return BB_NEXT_RUN;
+    }
     bool can_sleep = is_awake(b) || strcmp(b->state, "unprovisioned") == 0;
     if (!can_sleep || b->hw->uptime_ms(b->hw->ctx) - b->last_input_ms < BB_SLEEP_AFTER_MS) return BB_NEXT_RUN;
     enter(b, "asleep");
     return BB_NEXT_SLEEP;
 }
+
+void bb_badge_wake(bb_badge *b) { enter(b, "wakingUp"); }

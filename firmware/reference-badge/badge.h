@@ -211,6 +211,8 @@ typedef struct {
     uint32_t received;
     uint64_t last_input_ms;
     bool contact_due;
+    /* USB power as last seen, so idle can tell a plug-in (the model's power.plugged) */
+    bool external;
     /* scratch buffers, so nothing big lives on the stack */
     char answer[BB_ANSWER_MAX + 1];
     bb_request request;
@@ -224,7 +226,15 @@ typedef struct {
 bb_next bb_badge_start(bb_badge *badge, const bb_platform *hw, const bb_boot_info *boot);
 /* One console command line (line end removed). */
 bb_next bb_badge_command(bb_badge *badge, const char *line);
-/* Called between inputs: deep sleep once the badge has been left alone long enough. */
+/*
+ * Called between inputs: USB power plugged in while awake is a chance to sync (awake.opportunity);
+ * deep sleep once the badge has been left alone long enough.
+ */
 bb_next bb_badge_idle(bb_badge *badge);
+/*
+ * Deep sleep ends (the button, a card, USB power plugged in): prints `state wakingUp`, the run's
+ * last state. On an ESP32 the deep-sleep wake stub says it, before the reset into the next boot.
+ */
+void bb_badge_wake(bb_badge *badge);
 
 #endif

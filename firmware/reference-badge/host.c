@@ -9,11 +9,13 @@
  *   reference-badge flash --flash FILE IMAGE
  *   reference-badge provision --nvs FILE --server http://HOST:PORT --token TOKEN
  *   reference-badge run --console TTY --flash FILE --nvs FILE [--mv 3950] [--power charging]
- *                       [--stall-ms 5000] [--link-kib-s 64] [--flash-timing on|off]
+ *                       [--usb FILE] [--stall-ms 5000] [--link-kib-s 64] [--flash-timing on|off]
  *
  * Flash writes take the time NOR flash takes and the download runs at a radio's speed (both
  * switchable), so the rig's power relay lands where it would on a badge. SIGUSR1 is the button:
- * it wakes the badge from deep sleep. SIGTERM ends the program (exit 0).
+ * it wakes the badge from deep sleep. SIGTERM ends the program (exit 0). With --usb, USB power is
+ * what that file says, read each time the badge looks (its VBUS sense and charger pins):
+ * `charging`, `external`, or anything else (`none`) for none; plugging in wakes a sleeping badge.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +84,7 @@ static struct {
     int console;
     int flash;
     const char *nvs_path;
+    const char *usb_path;
     char keys[NVS_KEYS][16];
     char values[NVS_KEYS][512];
     bool used[NVS_KEYS];
@@ -121,10 +124,22 @@ static void delay_ms(void *ctx, uint32_t ms) {
     sleep_ms(ms);
 }
 
+/* --usb: the file holds `charging` or `external` while USB power is plugged in; without it, --power */
 static bb_power power(void *ctx) {
     (void)ctx;
-    return host.power;
+    bb_power now = host.power;
+    if (!host.usb_path) return now;
+    char word[16] = "";
+    FILE *file = fopen(host.usb_path, "r");
+    if (file) {
+        if (fscanf(file, "%15s", word) != 1) word[0] = '\0';
+        fclose(file);
+    }
+    now.source = strcmp(word, "charging") == 0 ? BB_POWER_CHARGING : strcmp(word, "external") == 0 ? BB_POWER_EXTERNAL : BB_POWER_BATTERY;
+    return now;
 }
+
+static bool usb_plugged(void) { return power(NULL).source != BB_POWER_BATTERY; }
 
 /* ---- NVS: key=value lines; a commit writes a new file and renames it over the old one ---- */
 
@@ -582,12 +597,13 @@ static int run_command(int argc, char **argv) {
     const char *console = option(argc, argv, "--console", NULL);
     const char *flash = option(argc, argv, "--flash", NULL);
     host.nvs_path = option(argc, argv, "--nvs", NULL);
-    if (!console || !flash || !host.nvs_path) die("usage: reference-badge run --console TTY --flash FILE --nvs FILE [--mv 3950] [--power charging|external|battery]");
+    if (!console || !flash || !host.nvs_path) die("usage: reference-badge run --console TTY --flash FILE --nvs FILE [--mv 3950] [--power charging|external|battery] [--usb FILE]");
     const char *source = option(argc, argv, "--power", "charging");
     host.power.mv = (uint32_t)strtoul(option(argc, argv, "--mv", "3950"), NULL, 10);
     host.power.source = strcmp(source, "battery") == 0 ? BB_POWER_BATTERY : strcmp(source, "external") == 0 ? BB_POWER_EXTERNAL : BB_POWER_CHARGING;
     if (strcmp(source, "battery") != 0 && strcmp(source, "external") != 0 && strcmp(source, "charging") != 0) die("--power is battery, external or charging");
     stall_ms = (uint32_t)strtoul(option(argc, argv, "--stall-ms", "5000"), NULL, 10);
+    host.usb_path = option(argc, argv, "--usb", NULL);
     host.link_bytes_per_s = (uint32_t)strtoul(option(argc, argv, "--link-kib-s", "64"), NULL, 10) * 1024;
     host.flash_timing = strcmp(option(argc, argv, "--flash-timing", "on"), "off") != 0;
     host.started_ms = monotonic_ms();
@@ -629,12 +645,17 @@ static int run_command(int argc, char **argv) {
             cause = "restart";
             reset = "0xc (SW_CPU_RESET)";
         } else if (next == BB_NEXT_SLEEP) {
-            /* deep sleep: the console is off until the button (SIGUSR1) wakes the badge */
+            /* deep sleep: the console is off until the button (SIGUSR1) or USB power plugged in wakes the badge */
             button_pressed = 0;
-            while (!button_pressed && !terminated) {
+            bool plugged = usb_plugged(), was_plugged = plugged;
+            while (!button_pressed && !(plugged && !was_plugged) && !terminated) {
                 console_reset();
                 sleep_ms(100);
+                was_plugged = plugged;
+                plugged = usb_plugged();
             }
+            if (terminated) break;
+            bb_badge_wake(&badge);
             cause = "wake";
             reset = "0x5 (DEEPSLEEP_RESET)";
         }

@@ -153,9 +153,13 @@ static bool http_open(void *ctx, const char *method, const char *path, const cha
     fake.read_at = 0;
     return true;
 }
+/* after this many body bytes USB power goes (0: never); reset_fake keeps it, so update_with can use it */
+static size_t unplug_at;
+
 /* hands the body out in uneven pieces, as TCP does */
 static long http_read(void *ctx, uint8_t *buf, size_t cap) {
     (void)ctx;
+    if (unplug_at > 0 && fake.read_at >= unplug_at) fake.power.source = BB_POWER_BATTERY;
     size_t left = fake.open->body_len - fake.read_at;
     if (left == 0) return fake.open->ending;
     size_t n = 1 + (fake.read_at * 7919 + 13) % 1500;
@@ -448,6 +452,13 @@ static void test_failed_downloads(void) {
     CHECK(update_with((const char *)longer, sizeof longer, -1, BB_HTTP_END) == BB_NEXT_RESTART);
     CHECK(fake.switches == 0 && strcmp(nvs("ota.report"), "err|1.5.0|the server sent more than the offered 204923 bytes") == 0);
 
+    /* USB power pulled halfway: the download ends there and the old firmware stays */
+    unplug_at = IMAGE_BYTES / 2;
+    CHECK(update_with((const char *)image, IMAGE_BYTES, IMAGE_BYTES, BB_HTTP_END) == BB_NEXT_RESTART);
+    unplug_at = 0;
+    CHECK(fake.switches == 0 && strstr(nvs("ota.report"), "err|1.5.0|external power removed during download at ") == nvs("ota.report"));
+    CHECK(fake.read_at < IMAGE_BYTES && printed("@bb state path=updateFailed"));
+
 }
 
 static void test_download_401(void) {
@@ -564,6 +575,22 @@ static void test_interrupted_installs(void) {
     CHECK(strstr(fake.last_request, "ota=err|1.5.0|power lost during the partition switch"));
 }
 
+static void test_plugged_in(void) {
+    reset_fake();
+    fake.power.source = BB_POWER_BATTERY;
+    nvs_set(NULL, "ota.report", "err|1.5.0|power lost during download after 25% (64 of 256 KiB)");
+    CHECK(start("1.4.0", BB_OTA_0) == BB_NEXT_RUN && strcmp(badge.state, "awake.idle") == 0);
+    /* on battery the radio is off: nothing goes out, even with a report waiting */
+    CHECK(bb_badge_idle(&badge) == BB_NEXT_RUN && fake.answer_next == 0);
+    /* plugged in: the report goes out at once, without a sync being asked for */
+    script_text(200, "V1\nS 900\nT 1795000000\nO err|1.5.0|power lost during download after 25% (64 of 256 KiB)\n.\n");
+    fake.power.source = BB_POWER_CHARGING;
+    CHECK(bb_badge_idle(&badge) == BB_NEXT_RUN && fake.answer_next == 1 && strcmp(badge.state, "awake.idle") == 0);
+    CHECK(strstr(fake.last_request, "ota=err|1.5.0|power lost during download after 25%") && nvs("ota.report") == NULL);
+    /* still plugged in: no second sync */
+    CHECK(bb_badge_idle(&badge) == BB_NEXT_RUN && fake.answer_next == 1);
+}
+
 static void test_console_and_sleep(void) {
     reset_fake();
     start("1.4.0", BB_OTA_0);
@@ -577,6 +604,8 @@ static void test_console_and_sleep(void) {
     CHECK(bb_badge_idle(&badge) == BB_NEXT_RUN);
     fake.now_ms += 1;
     CHECK(bb_badge_idle(&badge) == BB_NEXT_SLEEP && strcmp(badge.state, "asleep") == 0 && printed("@bb screen text=\"\""));
+    bb_badge_wake(&badge);
+    CHECK(strcmp(badge.state, "wakingUp") == 0 && printed("@bb state path=asleep\r\n@bb screen text=\"\"\r\n@bb state path=wakingUp\r\n"));
     bb_boot_info crashing = {.slot = BB_OTA_1, .version = "1.5.0", .cause = "restart", .crashes = true};
     bb_badge_start(&badge, &platform, &crashing);
     CHECK(strcmp(badge.state, "bricked") == 0 && strstr(badge.screen, "Recovery: reflash over USB"));
@@ -688,6 +717,7 @@ int main(int argc, char **argv) {
     test_no_install();
     test_token_and_taps();
     test_interrupted_installs();
+    test_plugged_in();
     test_console_and_sleep();
     fuzz(rounds);
     if (fake.console) fclose(fake.console);

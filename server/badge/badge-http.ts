@@ -2,10 +2,11 @@
 // format of SPEC 4.8 (`V1`, `S <seconds>`, then the lines, `.` last), because the badge parses
 // nothing else. An error is an `X <code> <message>` line with a 4xx status; the badge acts on
 // the code and logs the message.
-import type { NextFunction, Request, Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import { formatResponse, type ResponseLine } from "../../firmware/index.ts";
-import { clientMistakeOf } from "../http/error-middleware.ts";
+import { clientMistakeOf, databaseUnavailableOf, requestedUrl } from "../http/error-middleware.ts";
+import type { Next } from "../http/hot-routes.ts";
 import { authenticateDevice, type DeviceRow } from "../services/devices.ts";
 import type { Db } from "../store/schema.ts";
 
@@ -34,20 +35,26 @@ export class BadgeError extends Error {
   }
 }
 
-export function sendLines(res: Response, status: number, recheckAfterS: number, lines: ResponseLine[]): void {
+/** Writes the answer with the headers Express's `res.status(s).set(...).send(text)` wrote, for Express and the hot route alike. */
+export function sendLines(res: ServerResponse, status: number, recheckAfterS: number, lines: ResponseLine[]): void {
   const body = formatResponse([{ letter: "S", value: String(recheckAfterS) }, ...lines]);
-  res.status(status).set({ "Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store" }).send(body);
+  res.statusCode = status;
+  res.setHeader("Content-Type", "text/plain; charset=utf-8");
+  res.setHeader("Cache-Control", "no-store");
+  res.setHeader("Content-Length", Buffer.byteLength(body));
+  res.end(body);
 }
 
 export const refusalLine = (code: string, message: string): ResponseLine => ({ letter: "X", value: `${code} ${message}` });
 
-declare module "express-serve-static-core" {
-  interface Request {
+// On node's request, so the hot route (http/hot-routes.ts) and Express (whose Request extends it) share it.
+declare module "node:http" {
+  interface IncomingMessage {
     device?: DeviceRow;
   }
 }
 
-export function deviceOf(req: Request): DeviceRow {
+export function deviceOf(req: IncomingMessage): DeviceRow {
   if (!req.device) throw new Error("badge route mounted without deviceAuth");
   return req.device;
 }
@@ -56,8 +63,8 @@ const unauthorized = (message: string) => new BadgeError(401, "unauthorized", me
 
 /** Device-token authentication; a revoked token gets 401 on every badge endpoint (the badge clears it). */
 export function deviceAuth(db: Db) {
-  return async (req: Request, _res: Response, next: NextFunction) => {
-    const match = /^Bearer ([^\s]+)$/i.exec(req.get("authorization")?.trim() ?? "");
+  return async (req: IncomingMessage, _res: unknown, next: Next) => {
+    const match = /^Bearer ([^\s]+)$/i.exec(req.headers.authorization?.trim() ?? "");
     if (!match) throw unauthorized("send 'Authorization: Bearer <DEVICE_TOKEN>'");
     const token = match[1]!;
     if (token.startsWith("sk_")) throw unauthorized("API keys are not accepted on badge endpoints; use a device token");
@@ -75,14 +82,21 @@ function toBadgeError(error: unknown): BadgeError | undefined {
   return clientMistake && new BadgeError(clientMistake.status, clientMistake.code, clientMistake.message);
 }
 
+/** The database did not answer: the badge comes back after the server-trouble wait. */
+function unavailableBadgeError(error: unknown): BadgeError | undefined {
+  const unavailable = databaseUnavailableOf(error);
+  return unavailable && new BadgeError(unavailable.status, unavailable.code, "the database is not answering; try again later", RECHECK_AFTER_S.serverTrouble);
+}
+
 export function badgeErrorMiddleware(logger: Logger) {
-  return (error: unknown, req: Request, res: Response, _next: NextFunction) => {
+  return (error: unknown, req: IncomingMessage, res: ServerResponse, _next: Next) => {
     let badgeError = toBadgeError(error);
     if (!badgeError) {
-      logger.error({ err: error, method: req.method, url: req.originalUrl }, "badge request failed");
-      badgeError = new BadgeError(500, "server_error", "the server failed; it has been logged", RECHECK_AFTER_S.serverTrouble);
+      logger.error({ err: error, method: req.method, url: requestedUrl(req) }, "badge request failed");
+      badgeError =
+        unavailableBadgeError(error) ?? new BadgeError(500, "server_error", "the server failed; it has been logged", RECHECK_AFTER_S.serverTrouble);
     }
-    if (badgeError.status === 401) res.set("WWW-Authenticate", 'Bearer realm="badgebench"');
+    if (badgeError.status === 401) res.setHeader("WWW-Authenticate", 'Bearer realm="badgebench"');
     if (res.headersSent) {
       res.destroy();
       return;

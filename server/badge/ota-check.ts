@@ -3,7 +3,7 @@
 //   newer than what it runs, so a hand-flashed dev build is never moved back;
 // - `N <version>` when it already runs its target release or something newer;
 // - `X <code> <message>` when nothing can be offered (no release, battery too low).
-import type { Request, Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { compareVersions, parseVersion, type ResponseLine } from "../../firmware/index.ts";
 import { targetFor, type ReleaseStore } from "../releases/release-store.ts";
 import { recordCheck } from "../store/devices-store.ts";
@@ -14,10 +14,10 @@ import { MIN_INSTALL_VOLTS, parseBadgeRequest } from "./badge-request.ts";
 export const downloadPath = (version: string) => `/api/badge/ota/download?v=${encodeURIComponent(version)}`;
 
 export function otaCheck(writes: WriteBatcher, releases: ReleaseStore) {
-  return async (req: Request, res: Response) => {
+  return async (req: IncomingMessage, res: ServerResponse) => {
     const device = deviceOf(req);
     const { status } = parseBadgeRequest(req.body);
-    const target = targetFor(releases.read(), device.id);
+    const target = targetFor(await releases.read(), device.id);
     const targetVersion = target && parseVersion(target.version);
     let recheck: number;
     let lines: ResponseLine[];

@@ -14,27 +14,62 @@ import type { WriteBatcher } from "../store/write-batcher.ts";
 import { BadgeError, deviceOf } from "./badge-http.ts";
 
 const SLICE_BYTES = 64 * 1024;
+/** The longest the downloads write in one turn of the event loop before other requests are read. */
+const WRITE_TURN_MS = 2;
+
+// Downloads whose connection took their last slice, waiting for their next one. They are served
+// in turns (setImmediate) of at most WRITE_TURN_MS: a thousand downloads draining at once
+// otherwise wrote for as long as that took inside one turn of the event loop, and every other
+// request waited that long (a fleet's Check for Update waited for its group commit, which
+// closes only when the loop comes round).
+const waitingForSlice: (() => void)[] = [];
+let turnScheduled = false;
+
+function queueForSlice(writeMore: () => void): void {
+  waitingForSlice.push(writeMore);
+  if (!turnScheduled) {
+    turnScheduled = true;
+    setImmediate(writeTurn);
+  }
+}
+
+function writeTurn(): void {
+  const until = performance.now() + WRITE_TURN_MS;
+  let served = 0;
+  while (served < waitingForSlice.length && performance.now() < until) waitingForSlice[served++]!();
+  waitingForSlice.splice(0, served);
+  turnScheduled = waitingForSlice.length > 0;
+  if (turnScheduled) setImmediate(writeTurn);
+}
 
 /**
- * Writes the image slice by slice, the next one once the connection took the last (no stream in
- * between: each slice is a view of the shared copy, written straight to the response); resolves
- * when the connection closes, with whether every byte was handed over.
+ * Writes the image slice by slice, the next one once the connection took the last and its turn
+ * came (no stream in between: each slice is a view of the shared copy, written straight to the
+ * response); resolves when the connection closes, with whether every byte was handed over.
  */
 function sendImage(res: Response, image: Buffer, sent: { bytes: number }): Promise<boolean> {
   return new Promise((resolve) => {
     let offset = 0;
     const writeMore = () => {
+      // The badge may have gone while this download waited for its turn.
+      if (res.destroyed) return;
       while (offset < image.length) {
         const slice = image.subarray(offset, offset + SLICE_BYTES);
         offset += slice.length;
         sent.bytes += slice.length;
         if (!res.write(slice)) {
-          res.once("drain", writeMore);
+          res.once("drain", () => queueForSlice(writeMore));
           return;
         }
       }
       res.end();
     };
+    // The badge may have gone while the fetch was being recorded (a round trip to PostgreSQL):
+    // the response closed already and will not say so again.
+    if (res.closed) {
+      resolve(false);
+      return;
+    }
     res.once("close", () => resolve(res.writableFinished));
     writeMore();
   });
@@ -47,7 +82,7 @@ export function otaDownload(writes: WriteBatcher, releases: ReleaseStore, logger
     if (typeof version !== "string" || version.length === 0) {
       throw new BadgeError(400, "malformed_request", "give the version to download once, as ?v=<version>");
     }
-    const manifest = releases.read();
+    const manifest = await releases.read();
     const entry = findRelease(manifest, version);
     if (!entry) throw new BadgeError(404, "release_unknown", `no published release ${quote(version, 40)}`);
     if (targetFor(manifest, device.id)?.version !== entry.version) {

@@ -88,11 +88,16 @@ const rejected = (reason: string, ids: Partial<TapVerdict> = {}): TapVerdict => 
 
 type Session = Awaited<ReturnType<typeof sessionsInRoom>>["rows"][number];
 
+/** A session with its start and end in milliseconds, parsed once for all of a sync's taps. */
+interface TimedSession {
+  session: Session;
+  startsAt: number;
+  endsAt: number;
+}
+
 /** Of the room's sessions (latest start first), the one a tap at `at` belongs to. */
-function sessionFor(sessions: Session[], at: number): Session | undefined {
-  const startsBy = new Date(at + EARLY_TAP_MS).toISOString();
-  const endsFrom = new Date(at).toISOString();
-  return sessions.find((s) => s.starts_at <= startsBy && s.ends_at >= endsFrom);
+function sessionFor(sessions: TimedSession[], at: number): TimedSession | undefined {
+  return sessions.find((s) => s.startsAt <= at + EARLY_TAP_MS && s.endsAt >= at);
 }
 
 /**
@@ -111,13 +116,14 @@ async function judgeTaps(trx: Transaction<Database>, device: DeviceRow, taps: Ta
   const cards = await findStudentsByCards(trx, device.livemode, [...new Set(open.map((t) => t.cardUid))]);
   const studentOf = new Map(cards.rows.map((s) => [s.card_uid!, s]));
   const times = open.map((t) => t.at.getTime());
-  const { rows: sessions } = await sessionsInRoom(
+  const { rows: roomSessions } = await sessionsInRoom(
     trx,
     device.livemode,
     device.room,
     new Date(Math.max(...times) + EARLY_TAP_MS).toISOString(),
     new Date(Math.min(...times)).toISOString(),
   );
+  const sessions = roomSessions.map((session) => ({ session, startsAt: Date.parse(session.starts_at), endsAt: Date.parse(session.ends_at) }));
   const matched = taps.map((tap, i) => {
     if (verdicts[i]) return undefined;
     const student = studentOf.get(tap.cardUid);
@@ -125,16 +131,17 @@ async function judgeTaps(trx: Transaction<Database>, device: DeviceRow, taps: Ta
       verdicts[i] = rejected("unknown_card");
       return undefined;
     }
-    const session = sessionFor(sessions, tap.at.getTime());
-    if (!session) {
+    const timed = sessionFor(sessions, tap.at.getTime());
+    if (!timed) {
       verdicts[i] = rejected("no_session", { student_id: student.id });
       return undefined;
     }
+    const { session } = timed;
     if (session.status !== "open") {
       verdicts[i] = rejected(`session_${session.status}`, { student_id: student.id, session_id: session.id });
       return undefined;
     }
-    return { student, session };
+    return { student, session, startsAt: timed.startsAt };
   });
   const candidates = matched.filter((m) => m !== undefined);
   const enrolled = new Set<string>();
@@ -150,13 +157,13 @@ async function judgeTaps(trx: Transaction<Database>, device: DeviceRow, taps: Ta
   const captures: { index: number; input: CaptureInput }[] = [];
   matched.forEach((match, i) => {
     if (!match) return;
-    const { student, session } = match;
+    const { student, session, startsAt } = match;
     if (!enrolled.has(`${session.course_code} ${student.id}`)) {
       verdicts[i] = rejected("not_enrolled", { student_id: student.id, session_id: session.id });
       return;
     }
     const tap = taps[i]!;
-    const status = tap.at.getTime() <= Date.parse(session.starts_at) + LATE_AFTER_MS ? "present" : "late";
+    const status = tap.at.getTime() <= startsAt + LATE_AFTER_MS ? "present" : "late";
     captures.push({ index: i, input: { device, session, student, status, at: tap.at } });
   });
   const outcomes = await captureFromDevices(trx, captures.map((c) => c.input));

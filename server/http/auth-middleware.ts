@@ -1,13 +1,15 @@
 // Bearer-token authentication for /v1 and /api/mcp. No cookies and no unauthenticated route:
 // every request either carries a valid key or gets 401; a key without the route's scope gets 403.
-import type { NextFunction, Request, Response } from "express";
+import type { IncomingMessage } from "node:http";
 import type { Kysely } from "kysely";
 import { ApiError } from "../errors.ts";
 import { authenticate, type Principal, type Scope } from "../services/api-keys.ts";
 import type { Database } from "../store/schema.ts";
+import type { Next } from "./hot-routes.ts";
 
-declare module "express-serve-static-core" {
-  interface Request {
+// On node's request, so the hot routes (hot-routes.ts) and Express (whose Request extends it) share it.
+declare module "node:http" {
+  interface IncomingMessage {
     principal?: Principal;
   }
 }
@@ -18,8 +20,8 @@ const unauthenticated = (code: string, message: string) =>
   });
 
 export function bearerAuth(db: Kysely<Database>) {
-  return async (req: Request, _res: Response, next: NextFunction) => {
-    const header = req.get("authorization");
+  return async (req: IncomingMessage, _res: unknown, next: Next) => {
+    const header = req.headers.authorization;
     if (!header) {
       throw unauthenticated("api_key_missing", "No API key provided. Send 'Authorization: Bearer <API_KEY>'.");
     }
@@ -37,13 +39,13 @@ export function bearerAuth(db: Kysely<Database>) {
   };
 }
 
-export function principalOf(req: Request): Principal {
+export function principalOf(req: IncomingMessage): Principal {
   if (!req.principal) throw new Error("route mounted without bearerAuth");
   return req.principal;
 }
 
 export function requireScope(scope: Scope) {
-  return (req: Request, _res: Response, next: NextFunction) => {
+  return (req: IncomingMessage, _res: unknown, next: Next) => {
     if (!principalOf(req).scopes.has(scope)) {
       throw new ApiError(403, "permission_error", "scope_missing", `This API key lacks the '${scope}' scope.`);
     }

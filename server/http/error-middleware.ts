@@ -2,9 +2,13 @@
 // (bad JSON, oversized body, a body that does not inflate, a path that does not percent-decode)
 // is the client's mistake and becomes a 4xx; anything unexpected becomes a 500 whose body says
 // nothing about the internals, while the log keeps the stack.
-import type { NextFunction, Request, Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Request } from "express";
 import type { Logger } from "pino";
 import { ApiError } from "../errors.ts";
+import { isDatabaseUnavailable } from "../store/dialect.ts";
+import type { Next } from "./hot-routes.ts";
+import { sendJson } from "./send-json.ts";
 
 /**
  * What Express's router and body parser raise for a request they could not read: http-errors
@@ -47,15 +51,31 @@ export function clientMistakeOf(error: unknown): ApiError | undefined {
   return undefined;
 }
 
+/** The URL the client asked for: Express rewrites `req.url` inside a mounted router and keeps it as `originalUrl`. */
+export const requestedUrl = (req: IncomingMessage & { originalUrl?: string }) => req.originalUrl ?? req.url;
+
+/**
+ * A 503 for an error that says the database cannot answer now (PostgreSQL gone, restarting, a
+ * statement or pool timeout): nothing of the request was committed, a retry may succeed; never a
+ * 500. Undefined for anything else.
+ */
+export function databaseUnavailableOf(error: unknown): ApiError | undefined {
+  if (!isDatabaseUnavailable(error)) return undefined;
+  return new ApiError(503, "api_error", "database_unavailable", "The database is not answering right now; nothing was changed. Retry shortly.", {
+    headers: { "Retry-After": "1" },
+  });
+}
+
 export function errorMiddleware(logger: Logger) {
-  return (error: unknown, req: Request, res: Response, _next: NextFunction) => {
+  return (error: unknown, req: IncomingMessage, res: ServerResponse, _next: Next) => {
     const apiError =
       error instanceof ApiError
         ? error
         : (clientMistakeOf(error) ??
+          databaseUnavailableOf(error) ??
           new ApiError(500, "api_error", "internal_error", "An internal error occurred. It has been logged."));
-    if (apiError.status >= 500) logger.error({ err: error, method: req.method, url: req.originalUrl }, "request failed");
-    res.status(apiError.status).set(apiError.headers).json(apiError.toBody());
+    if (apiError.status >= 500) logger.error({ err: error, method: req.method, url: requestedUrl(req) }, "request failed");
+    sendJson(res, apiError.status, apiError.toBody(), apiError.headers);
   };
 }
 

@@ -1,13 +1,15 @@
 // Every write on /v1 (POST, PATCH) carries an Idempotency-Key. The key is checked first, the
 // body is validated next (a request that fails validation stores nothing, so the client can
 // fix it and retry with the same key), and only then does the write run through the gate.
-import type { Request, Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { ApiError } from "../errors.ts";
 import { IdempotencyGate, MAX_KEY_LENGTH, requestFingerprint, type Operation } from "../services/idempotency.ts";
 import { principalOf } from "./auth-middleware.ts";
+import { sendJson } from "./send-json.ts";
 
-export function requireIdempotencyKey(req: Request): string {
-  const key = req.get("idempotency-key");
+export function requireIdempotencyKey(req: IncomingMessage): string {
+  // node joins a repeated header of this kind with ", ", as Express's req.get returned it.
+  const key = req.headers["idempotency-key"] as string | undefined;
   if (key === undefined || key.trim() === "") {
     throw new ApiError(
       400,
@@ -25,10 +27,18 @@ export function requireIdempotencyKey(req: Request): string {
   return key;
 }
 
-export async function sendIdempotent(req: Request, res: Response, gate: IdempotencyGate, key: string, operation: Operation) {
+/**
+ * The path the request fingerprint holds, as the client wrote it without the query: what
+ * Express gives as `baseUrl + path`; a hot route (hot-routes.ts) serves only an exact `req.url`
+ * without a query, which is that same text.
+ */
+function pathOf(req: IncomingMessage & { baseUrl?: string; path?: string }): string {
+  return req.path === undefined ? req.url! : (req.baseUrl ?? "") + req.path;
+}
+
+export async function sendIdempotent(req: IncomingMessage, res: ServerResponse, gate: IdempotencyGate, key: string, operation: Operation) {
   const principal = principalOf(req);
-  const fingerprint = requestFingerprint(req.method, req.baseUrl + req.path, req.body);
+  const fingerprint = requestFingerprint(req.method!, pathOf(req), req.body);
   const result = await gate.run(principal.livemode, key, fingerprint, operation);
-  if (result.replayed) res.set("Idempotent-Replayed", "true");
-  res.status(result.status).json(result.body);
+  sendJson(res, result.status, result.body, result.replayed ? { "Idempotent-Replayed": "true" } : {});
 }

@@ -15,7 +15,7 @@ import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { ApiError } from "../errors.ts";
 import { bearerAuth, principalOf } from "../http/auth-middleware.ts";
-import { clientMistakeOf } from "../http/error-middleware.ts";
+import { clientMistakeOf, databaseUnavailableOf } from "../http/error-middleware.ts";
 import type { Principal, Scope } from "../services/api-keys.ts";
 import type { Database } from "../store/schema.ts";
 import { firstIssue, JSON_RPC, JsonRpcFailure, readMessage, type JsonRpcRequest } from "./json-rpc.ts";
@@ -172,8 +172,11 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
     let failure: JsonRpcFailure;
     if (error instanceof JsonRpcFailure) failure = error;
     else {
-      const apiError = error instanceof ApiError ? error : clientMistakeOf(error);
-      if (apiError && apiError.status < 500) {
+      const apiError = error instanceof ApiError ? error : (clientMistakeOf(error) ?? databaseUnavailableOf(error));
+      if (apiError?.code === "database_unavailable") {
+        deps.logger.error({ err: error, method: req.method, url: req.originalUrl }, "tool endpoint request failed");
+        failure = new JsonRpcFailure(apiError.status, JSON_RPC.internalError, apiError.message, null, undefined, apiError.headers);
+      } else if (apiError && apiError.status < 500) {
         const code = apiError.status === 401 || apiError.status === 403 ? JSON_RPC.unauthorized : JSON_RPC.invalidRequest;
         const limit = apiError.code === "body_too_large" ? ` The limit is ${MCP_MAX_BODY_BYTES / 1024 / 1024} MiB.` : "";
         failure = new JsonRpcFailure(apiError.status, code, `${apiError.message}${limit}`, null, undefined, apiError.headers);

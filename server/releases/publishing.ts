@@ -175,19 +175,19 @@ export async function publishRelease(db: Kysely<Database>, releases: ReleaseStor
   if (refusal) refusals.push(refusal);
   if (bytes) refusals.push(...checkImage(bytes, input));
   refusals.push(...(await checkCanary(db, input.canary)));
-  refusals.push(...checkVersionOrder(releases.read(), input.version));
+  refusals.push(...checkVersionOrder(await releases.read(), input.version));
   if (refusals.length > 0 || !bytes) throw new PublishRefusal(what, refusals);
 
-  return releases.withLock(async () => {
+  return releases.withLock(db, async (locked) => {
     // Checked again under the lock: another publish may have landed since.
-    const manifest = releases.read();
+    const manifest = await locked.read();
     const orderRefusals = checkVersionOrder(manifest, input.version);
     if (orderRefusals.length > 0) throw new PublishRefusal(what, orderRefusals);
     const sha256 = sha256Hex(bytes);
     const entry: ReleaseEntry = {
       version: input.version,
       display: input.display ?? input.version,
-      file: releases.storeImage(bytes, input.version, sha256),
+      file: await locked.storeImage(bytes, input.version, sha256),
       size: bytes.length,
       md5: md5Hex(bytes),
       sha256,
@@ -196,7 +196,7 @@ export async function publishRelease(db: Kysely<Database>, releases: ReleaseStor
       canary: input.canary ?? null,
       promoted: null,
     };
-    releases.replaceManifest({
+    await locked.replaceManifest({
       ...manifest,
       fleet: entry.canary === null ? entry.version : manifest.fleet,
       releases: [...manifest.releases, entry],
@@ -261,9 +261,9 @@ export async function promoteRelease(
   options: PromoteOptions = {},
 ): Promise<ReleaseEntry> {
   const what = `promote ${version}`;
-  return releases.withLock(async () => {
-    const manifest = releases.read();
-    const { entry, report, refusal } = await checkPromotion(db, manifest, version);
+  return releases.withLock(db, async (locked) => {
+    const manifest = await locked.read();
+    const { entry, report, refusal } = await checkPromotion(locked.db, manifest, version);
     const overridden = refusal?.code === "canary_not_confirmed" && options.force === true;
     if (refusal && !overridden) throw new PublishRefusal(what, [refusal]);
     const reasonRefusal = checkReason(options.reason, overridden);
@@ -277,7 +277,7 @@ export async function promoteRelease(
         canary_report: report ? `${report.id} at ${report.received_at}` : null,
       },
     };
-    releases.replaceManifest({
+    await locked.replaceManifest({
       ...manifest,
       fleet: version,
       releases: manifest.releases.map((r) => (r === entry ? promoted : r)),

@@ -1,18 +1,27 @@
-// The release store: images and the manifest under <data>/releases. Images are written once and
-// never changed (a badge was told their MD5); the manifest is replaced atomically (temp file,
-// fsync, rename, fsync of the directory), so a crash at any point leaves the old manifest or
-// the new one, never a torn one. The server re-reads the manifest when the file changes, so a
-// publish from another process takes effect without a restart.
+// Where releases live, behind one interface (ReleaseStore) with two implementations:
+// - FileReleaseStore, here: images and the manifest under <data>/releases, the default with
+//   SQLite. Images are written once and never changed (a badge was told their MD5); the
+//   manifest is replaced atomically (temp file, fsync, rename, fsync of the directory), so a
+//   crash at any point leaves the old manifest or the new one, never a torn one. The server
+//   re-reads the manifest when the file changes, so a publish from another process takes effect
+//   without a restart.
+// - DatabaseReleaseStore (database-release-store.ts): the same in database rows, the default
+//   with PostgreSQL, so instances on several machines need no shared disk.
 import { randomBytes } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
+import type { Kysely } from "kysely";
 import { EMPTY_MANIFEST, parseManifest, sha256Hex, type Manifest, type ReleaseEntry } from "../../firmware/index.ts";
+import type { Database, Db } from "../store/schema.ts";
 
 export const RELEASES_DIR = "releases";
 const MANIFEST_FILE = "manifest.json";
 const LOCK_FILE = "publish.lock";
 /** Images kept in memory: the fleet's release and a few canaries (each at most 1.875 MiB). */
 const CACHED_IMAGES = 4;
+
+export const RELEASE_STORE_KINDS = ["files", "database"] as const;
+export type ReleaseStoreKind = (typeof RELEASE_STORE_KINDS)[number];
 
 export class ReleaseStoreError extends Error {
   override name = "ReleaseStoreError";
@@ -23,6 +32,77 @@ export class ReleaseLockedError extends ReleaseStoreError {
   override name = "ReleaseLockedError";
 }
 
+/** What publish and promote do while holding the publish lock. */
+export interface LockedReleases {
+  /** The connection for the rest of the work: the lock's transaction (database store) or the caller's own. */
+  readonly db: Kysely<Database>;
+  /** The manifest as it is now, read afresh. */
+  read(): Promise<Manifest>;
+  /** Stores an image under a name of its own and returns the name; an identical existing image is reused, never overwritten. */
+  storeImage(bytes: Uint8Array, version: string, sha256: string): Promise<string>;
+  /** Replaces the manifest (readers see the old one or the new one); one that would not read back is refused. */
+  replaceManifest(manifest: Manifest): Promise<void>;
+}
+
+export interface ReleaseStore {
+  readonly kind: ReleaseStoreKind;
+  /**
+   * The current manifest, the empty one before the first publish; a damaged one is an error.
+   * Cheap when nothing changed (a file stat, or one short row), and current on every call, so a
+   * publish by another process or instance is seen on the next request. Pass `db` when calling
+   * inside a transaction (the database store reads through it).
+   */
+  read(db?: Db): Promise<Manifest>;
+  /**
+   * The image's bytes, loaded once and kept: images never change, and hundreds of badges
+   * downloading the same release then share one buffer. Checked against the manifest entry's
+   * size and SHA-256 when loaded, so a damaged image is never served.
+   */
+  imageBytes(entry: ReleaseEntry): Promise<Buffer>;
+  /**
+   * Runs `work` holding the publish lock, so two publishes cannot both read the same manifest
+   * and each write their own successor. `db` is the caller's connection or transaction; a
+   * change the database store makes commits with it. Throws ReleaseLockedError when another
+   * publish holds the lock.
+   */
+  withLock<T>(db: Kysely<Database>, work: (locked: LockedReleases) => Promise<T>): Promise<T>;
+}
+
+/** Checks loaded image bytes against their manifest entry; `where` names the image in the error. */
+export function checkedImage(bytes: Buffer, entry: ReleaseEntry, where: string): Buffer {
+  if (bytes.length !== entry.size || sha256Hex(bytes) !== entry.sha256) {
+    throw new ReleaseStoreError(`release image ${where} does not match its manifest entry (size or SHA-256)`);
+  }
+  return bytes;
+}
+
+/** The name an image is stored under: from its version and hash, never from the operator's file name. */
+export function imageFileName(version: string, sha256: string): string {
+  return `${version}-${sha256.slice(0, 16)}.bin`;
+}
+
+/** Loaded images by file, started or finished: concurrent first downloads share one load. */
+export class ImageCache {
+  readonly #images = new Map<string, Promise<Buffer>>();
+
+  get(entry: ReleaseEntry, load: () => Promise<Buffer>): Promise<Buffer> {
+    const cached = this.#images.get(entry.file);
+    if (cached) return cached;
+    const loading = load();
+    if (this.#images.size >= CACHED_IMAGES) this.#images.delete(this.#images.keys().next().value!);
+    this.#images.set(entry.file, loading);
+    // A failed load is not kept: the next download tries again.
+    loading.catch(() => this.#images.get(entry.file) === loading && this.#images.delete(entry.file));
+    return loading;
+  }
+}
+
+/** A manifest about to be written: refused unless it would read back. */
+export function checkManifestToWrite(manifest: Manifest): void {
+  const check = parseManifest(manifest);
+  if (!check.ok) throw new ReleaseStoreError(`refusing to write an invalid manifest: ${check.message}`);
+}
+
 interface CachedManifest {
   ino: number;
   mtimeMs: number;
@@ -30,13 +110,13 @@ interface CachedManifest {
   manifest: Manifest;
 }
 
-export class ReleaseStore {
+export class FileReleaseStore implements ReleaseStore {
+  readonly kind = "files";
   readonly dir: string;
   readonly imagesDir: string;
   readonly manifestFile: string;
   #cached: CachedManifest | undefined;
-  /** Image reads by file, started or finished: concurrent first downloads share one read. */
-  readonly #images = new Map<string, Promise<Buffer>>();
+  readonly #images = new ImageCache();
 
   constructor(dataDir: string) {
     this.dir = path.join(dataDir, RELEASES_DIR);
@@ -44,8 +124,11 @@ export class ReleaseStore {
     this.manifestFile = path.join(this.dir, MANIFEST_FILE);
   }
 
-  /** The current manifest; an absent file is the empty manifest, a damaged one an error. */
-  read(): Manifest {
+  async read(): Promise<Manifest> {
+    return this.#read();
+  }
+
+  #read(): Manifest {
     let stat: fs.Stats;
     try {
       stat = fs.statSync(this.manifestFile);
@@ -73,54 +156,31 @@ export class ReleaseStore {
     return path.join(this.imagesDir, entry.file);
   }
 
-  /**
-   * The image's bytes, read once and kept: images never change, and hundreds of badges
-   * downloading the same release then share one buffer instead of each reading the file.
-   * Checked against the manifest's SHA-256 when read, so a damaged file is never served.
-   */
   imageBytes(entry: ReleaseEntry): Promise<Buffer> {
-    const cached = this.#images.get(entry.file);
-    if (cached) return cached;
-    const read = this.#readImage(entry);
-    if (this.#images.size >= CACHED_IMAGES) this.#images.delete(this.#images.keys().next().value!);
-    this.#images.set(entry.file, read);
-    // A failed read is not kept: the next download tries again.
-    read.catch(() => this.#images.get(entry.file) === read && this.#images.delete(entry.file));
-    return read;
+    return this.#images.get(entry, async () => checkedImage(await fs.promises.readFile(this.imagePath(entry)), entry, this.imagePath(entry)));
   }
 
-  async #readImage(entry: ReleaseEntry): Promise<Buffer> {
-    const bytes = await fs.promises.readFile(this.imagePath(entry));
-    if (bytes.length !== entry.size || sha256Hex(bytes) !== entry.sha256) {
-      throw new ReleaseStoreError(`release image ${this.imagePath(entry)} does not match its manifest entry (size or SHA-256)`);
-    }
-    return bytes;
-  }
-
-  /** Writes an image under a name of its own; an identical existing file is reused, never overwritten. */
-  storeImage(bytes: Uint8Array, version: string, sha256: string): string {
+  #storeImage(bytes: Uint8Array, version: string, sha256: string): string {
     fs.mkdirSync(this.imagesDir, { recursive: true });
-    const file = `${version}-${sha256.slice(0, 16)}.bin`;
+    const file = imageFileName(version, sha256);
     const target = path.join(this.imagesDir, file);
     if (fs.existsSync(target)) return file;
     this.#writeDurably(target, bytes, 0o444);
     return file;
   }
 
-  /** Replaces the manifest; one that would not read back is refused, so no path can write it. */
-  replaceManifest(manifest: Manifest): void {
-    const check = parseManifest(manifest);
-    if (!check.ok) throw new ReleaseStoreError(`refusing to write an invalid manifest: ${check.message}`);
+  #replaceManifest(manifest: Manifest): void {
+    checkManifestToWrite(manifest);
     fs.mkdirSync(this.dir, { recursive: true });
     this.#writeDurably(this.manifestFile, `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
   }
 
   /**
-   * Holds the publish lock while `work` runs, so two publishes cannot both read the same
-   * manifest and each write their own successor. A lock left by a publish that was killed (its
-   * process is gone) is taken over, and the temp files such a publish may have left are removed.
+   * The lock is the file publish.lock holding the publisher's process id. A lock left by a
+   * publish that was killed (its process is gone) is taken over, and the temp files such a
+   * publish may have left are removed.
    */
-  async withLock<T>(work: () => Promise<T>): Promise<T> {
+  async withLock<T>(db: Kysely<Database>, work: (locked: LockedReleases) => Promise<T>): Promise<T> {
     fs.mkdirSync(this.dir, { recursive: true });
     const lockFile = path.join(this.dir, LOCK_FILE);
     const fd = this.#acquire(lockFile) ?? (this.#removeIfStale(lockFile) ? this.#acquire(lockFile) : undefined);
@@ -130,7 +190,12 @@ export class ReleaseStore {
     try {
       fs.writeSync(fd, `${process.pid}\n`);
       this.#removeTempFiles();
-      return await work();
+      return await work({
+        db,
+        read: async () => this.#read(),
+        storeImage: async (bytes, version, sha256) => this.#storeImage(bytes, version, sha256),
+        replaceManifest: async (manifest) => this.#replaceManifest(manifest),
+      });
     } finally {
       fs.closeSync(fd);
       fs.rmSync(lockFile, { force: true });

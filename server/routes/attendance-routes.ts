@@ -3,6 +3,7 @@ import type { Kysely } from "kysely";
 import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
+import type { Step } from "../http/hot-routes.ts";
 import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
 import { idParam, isoDate, limitParam, parseInput, pathId, RECORD_STATUSES } from "../http/validation.ts";
 import * as attendance from "../services/attendance.ts";
@@ -41,6 +42,18 @@ const correctBody = z.strictObject({
   reason: z.string().trim().min(1, "must not be empty: every correction needs a reason").max(500, "must be at most 500 characters"),
 });
 
+/** After auth and the body parser: what `POST /v1/attendance` runs, under Express and as a hot route (http/hot-routes.ts). */
+export function createRecordSteps(deps: { gate: IdempotencyGate }): Step[] {
+  return [
+    requireScope("attendance:write"),
+    async (req, res) => {
+      const key = requireIdempotencyKey(req);
+      const body = parseInput(createBody, req.body, "body");
+      await sendIdempotent(req, res, deps.gate, key, (trx) => attendance.createRecord(trx, principalOf(req), body));
+    },
+  ];
+}
+
 export function attendanceRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; gate: IdempotencyGate }): Router {
   const router = Router();
 
@@ -53,11 +66,7 @@ export function attendanceRoutes(deps: { db: Kysely<Database>; codec: CursorCode
     res.json(await attendance.getRecord(deps.db, principalOf(req).livemode, pathId(req.params)));
   });
 
-  router.post("/attendance", requireScope("attendance:write"), async (req, res) => {
-    const key = requireIdempotencyKey(req);
-    const body = parseInput(createBody, req.body, "body");
-    await sendIdempotent(req, res, deps.gate, key, (trx) => attendance.createRecord(trx, principalOf(req), body));
-  });
+  router.post("/attendance", ...createRecordSteps(deps));
 
   router.patch("/attendance/:id", requireScope("attendance:write"), async (req, res) => {
     const key = requireIdempotencyKey(req);

@@ -55,7 +55,7 @@ export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; 
     const { limit, cursor, ...filterParams } = parseInput(devicesQuery, req.query, "query");
     const filters = filterFingerprint("devices", filterParams);
     const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
-    const fleet = await listFleet(deps.db, deps.releases.read(), new Date(), {
+    const fleet = await listFleet(deps.db, await deps.releases.read(), new Date(), {
       livemode: principalOf(req).livemode,
       ...filterParams,
       after: position?.after,
@@ -76,7 +76,7 @@ export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; 
     const id = pathId(req.params);
     const device = await findDevice(deps.db, id, principalOf(req).livemode);
     if (!device) throw notFound("device", id);
-    res.json(await fleetViewOf(deps.db, device, deps.releases.read(), new Date()));
+    res.json(await fleetViewOf(deps.db, device, await deps.releases.read(), new Date()));
   });
 
   router.get("/device_taps", requireScope("devices:read"), async (req, res) => {

@@ -37,7 +37,7 @@ export function releasesRoutes(deps: { db: Kysely<Database>; gate: IdempotencyGa
 
   router.get("/releases", requireScope("releases:read"), async (req, res) => {
     parseInput(listQuery, req.query, "query");
-    const manifest = deps.releases.read();
+    const manifest = await deps.releases.read();
     res.json({
       object: "list",
       has_more: false,
@@ -65,7 +65,7 @@ export function releasesRoutes(deps: { db: Kysely<Database>; gate: IdempotencyGa
         }
         throw error;
       }
-      const view = (await listReleases(trx, deps.releases.read(), livemode)).find((r) => r.version === version);
+      const view = (await listReleases(trx, await deps.releases.read(trx), livemode)).find((r) => r.version === version);
       return { status: 200, body: view };
     });
   });

@@ -244,7 +244,7 @@ export async function correctRecord(
   input: CorrectRecordInput,
 ): Promise<StoredResponse> {
   const { livemode } = principal;
-  const current = await store.findRecord(trx, livemode, id);
+  const current = await store.findRecordForUpdate(trx, livemode, id);
   if (!current) throw notFound("attendance record", id);
   if (current.status === input.status) {
     throw invalidParam("status", `Record ${id} is already ${input.status}; a correction must change the status.`, "status_unchanged");
@@ -303,6 +303,7 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
   );
   for (const row of found.rows) known.set(pair(row.session_id, row.student_id), row);
   const now = new Date();
+  const nowText = now.toISOString();
   const records: RecordsTable[] = [];
   const events: EventsTable[] = [];
   const outcomes: CaptureOutcome[] = [];
@@ -328,8 +329,8 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
         method: "device",
         device_id: device.id,
         reason: null,
-        created_at: now.toISOString(),
-        updated_at: now.toISOString(),
+        created_at: nowText,
+        updated_at: nowText,
       };
       const record = toDetail({
         ...row,

@@ -62,6 +62,15 @@ const reused = (key: string) =>
     `Idempotency-Key '${key}' was already used with a different request. Use a new key for a different request.`,
   );
 
+const inUse = (key: string) =>
+  new ApiError(
+    409,
+    "idempotency_error",
+    "idempotency_key_in_use",
+    `A request with Idempotency-Key '${key}' is still being processed. Retry after it completes.`,
+    { headers: { "Retry-After": "1" } },
+  );
+
 export class IdempotencyGate {
   readonly #writes: WriteBatcher;
   readonly #running = new Map<string, { fingerprint: string; done: Promise<StoredResponse> }>();
@@ -99,22 +108,19 @@ export class IdempotencyGate {
     const now = new Date();
     const existing = await this.#writes.run(async (trx) => {
       const row = await store.findIdempotencyKey(trx, livemode, key);
-      const stale = row?.state === "in_flight" && now.getTime() - Date.parse(row.locked_at) > STALE_RESERVATION_MS;
+      const staleBefore = new Date(now.getTime() - STALE_RESERVATION_MS).toISOString();
+      const stale = row?.state === "in_flight" && row.locked_at < staleBefore;
       if (row && !stale) return row;
-      await store.reserveIdempotencyKey(trx, { livemode, key, fingerprint, now: now.toISOString() });
-      return undefined;
+      if (await store.reserveIdempotencyKey(trx, { livemode, key, fingerprint, now: now.toISOString(), staleBefore })) return undefined;
+      // Another server process reserved the key after the read above: its reservation decides
+      // (gone again only if that process failed and freed it just now: worth a retry).
+      const winner = await store.findIdempotencyKey(trx, livemode, key);
+      if (!winner) throw inUse(key);
+      return winner;
     }, { durable: false });
     if (existing) {
       if (existing.fingerprint !== fingerprint) throw reused(key);
-      if (existing.state === "in_flight") {
-        throw new ApiError(
-          409,
-          "idempotency_error",
-          "idempotency_key_in_use",
-          `A request with Idempotency-Key '${key}' is still being processed. Retry after it completes.`,
-          { headers: { "Retry-After": "1" } },
-        );
-      }
+      if (existing.state === "in_flight") throw inUse(key);
       // The stored response may come from a commit whose log sync is still under way.
       await this.#writes.synced();
       return { status: existing.status_code!, body: JSON.parse(existing.response_body!), replayed: true };

@@ -199,7 +199,7 @@ export async function listPipelines(
 export async function updateStage(db: Kysely<Database>, livemode: Livemode, update: StageUpdate): Promise<StageView> {
   const id = update.stage_id.toLowerCase();
   return db.transaction().execute(async (trx) => {
-    const stage = await store.findStage(trx, id, livemode);
+    const stage = await store.findStageForUpdate(trx, id, livemode);
     if (!stage) throw new PipelineError(`No stage '${id}' in this ${modeName(livemode)}-mode key's pipelines.`);
     const changes: store.StageChanges = {};
     if (update.due_date !== undefined) changes.due_date = update.due_date;

@@ -9,7 +9,7 @@ export async function findIdempotencyKey(db: Db, livemode: Livemode, key: string
   return (await byKey(db, livemode, key)).rows[0];
 }
 
-export const reserveIdempotencyKey = compiledQuery((db: Db, row: { livemode: Livemode; key: string; fingerprint: string; now: string }) =>
+const reserve = compiledQuery((db: Db, row: { livemode: Livemode; key: string; fingerprint: string; now: string; staleBefore: string }) =>
   db
     .insertInto("idempotency_keys")
     .values({
@@ -23,9 +23,26 @@ export const reserveIdempotencyKey = compiledQuery((db: Db, row: { livemode: Liv
       created_at: row.now,
     })
     .onConflict((oc) =>
-      oc.columns(["livemode", "key"]).doUpdateSet({ fingerprint: row.fingerprint, locked_at: row.now, created_at: row.now }),
+      oc
+        .columns(["livemode", "key"])
+        .doUpdateSet({ fingerprint: row.fingerprint, locked_at: row.now, created_at: row.now })
+        .where("idempotency_keys.state", "=", "in_flight")
+        .where("idempotency_keys.locked_at", "<", row.staleBefore),
     ),
 );
+
+/**
+ * Reserves the key for a request: a new key, or one whose reservation is older than
+ * `staleBefore` (its process died). Returns false when the key is taken (done, or reserved
+ * since), also when another server process reserved it after the caller looked: on PostgreSQL
+ * the insert waits for that process's commit and then finds the key taken.
+ */
+export async function reserveIdempotencyKey(
+  db: Db,
+  row: { livemode: Livemode; key: string; fingerprint: string; now: string; staleBefore: string },
+): Promise<boolean> {
+  return Number((await reserve(db, row)).numAffectedRows ?? 0n) > 0;
+}
 
 const complete = compiledQuery((db: Db, livemode: Livemode, key: string, statusCode: number, responseBody: string) =>
   db

@@ -1,74 +1,90 @@
-// Migrations live in code and run at every start; Kysely's Migrator records which ran.
-// Column types are chosen to mean the same on SQLite and PostgreSQL.
-import { type Kysely, type Migration, Migrator, sql } from "kysely";
+// Migrations live in code and run at every start; Kysely's Migrator records which ran. On
+// PostgreSQL the Migrator holds an advisory lock (pg_advisory_lock) while it migrates, in one
+// transaction, so instances starting at once migrate one after the other and the later ones
+// find nothing to do. Column types are chosen to mean the same on SQLite and PostgreSQL
+// (columnTypes).
+import { type Expression, type Kysely, type Migration, Migrator, sql } from "kysely";
+import { isPostgres } from "./dialect.ts";
+
+/**
+ * The column types whose spelling differs. Text compares byte by byte on both (SQLite's BINARY
+ * collation; "C" on PostgreSQL, whatever the database's default), so keyset orders, ranges and
+ * uniqueness agree; a real is 8 bytes on both; a blob is bytea on PostgreSQL.
+ */
+export function columnTypes(db: Kysely<any>): { text: Expression<unknown> | "text"; real: "real" | "double precision"; blob: "blob" | "bytea" } {
+  return isPostgres(db)
+    ? { text: sql`text collate "C"`, real: "double precision", blob: "bytea" }
+    : { text: "text", real: "real", blob: "blob" };
+}
 
 const migrations: Record<string, Migration> = {
   "0001_foundation": {
     async up(db: Kysely<any>) {
+      const t = columnTypes(db);
       await db.schema
         .createTable("settings")
-        .addColumn("name", "text", (c) => c.primaryKey())
-        .addColumn("value", "text", (c) => c.notNull())
+        .addColumn("name", t.text, (c) => c.primaryKey())
+        .addColumn("value", t.text, (c) => c.notNull())
         .execute();
       await db.schema
         .createTable("users")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("name", "text", (c) => c.notNull().unique())
-        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("id", t.text, (c) => c.primaryKey())
+        .addColumn("name", t.text, (c) => c.notNull().unique())
+        .addColumn("created_at", t.text, (c) => c.notNull())
         .execute();
       await db.schema
         .createTable("api_keys")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("name", "text", (c) => c.notNull())
-        .addColumn("lookup", "text", (c) => c.notNull().unique())
-        .addColumn("secret_hash", "text", (c) => c.notNull())
-        .addColumn("secret_hint", "text", (c) => c.notNull())
-        .addColumn("scopes", "text", (c) => c.notNull())
-        .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
-        .addColumn("created_at", "text", (c) => c.notNull())
-        .addColumn("revoked_at", "text")
+        .addColumn("name", t.text, (c) => c.notNull())
+        .addColumn("lookup", t.text, (c) => c.notNull().unique())
+        .addColumn("secret_hash", t.text, (c) => c.notNull())
+        .addColumn("secret_hint", t.text, (c) => c.notNull())
+        .addColumn("scopes", t.text, (c) => c.notNull())
+        .addColumn("user_id", t.text, (c) => c.notNull().references("users.id"))
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .addColumn("revoked_at", t.text)
         .execute();
       await db.schema
         .createTable("students")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("external_id", "text", (c) => c.notNull())
-        .addColumn("name", "text", (c) => c.notNull())
-        .addColumn("card_uid", "text")
+        .addColumn("external_id", t.text, (c) => c.notNull())
+        .addColumn("name", t.text, (c) => c.notNull())
+        .addColumn("card_uid", t.text)
         .addUniqueConstraint("students_external_id", ["livemode", "external_id"])
         .execute();
       await db.schema
         .createTable("courses")
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("code", "text", (c) => c.notNull())
-        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("code", t.text, (c) => c.notNull())
+        .addColumn("name", t.text, (c) => c.notNull())
         .addPrimaryKeyConstraint("courses_pk", ["livemode", "code"])
         .execute();
       await db.schema
         .createTable("rooms")
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("code", "text", (c) => c.notNull())
-        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("code", t.text, (c) => c.notNull())
+        .addColumn("name", t.text, (c) => c.notNull())
         .addPrimaryKeyConstraint("rooms_pk", ["livemode", "code"])
         .execute();
       await db.schema
         .createTable("enrollments")
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("course_code", "text", (c) => c.notNull())
-        .addColumn("student_id", "text", (c) => c.notNull().references("students.id"))
+        .addColumn("course_code", t.text, (c) => c.notNull())
+        .addColumn("student_id", t.text, (c) => c.notNull().references("students.id"))
         .addPrimaryKeyConstraint("enrollments_pk", ["livemode", "course_code", "student_id"])
         .execute();
       await db.schema
         .createTable("sessions")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("course_code", "text", (c) => c.notNull())
-        .addColumn("room", "text", (c) => c.notNull())
-        .addColumn("date", "text", (c) => c.notNull())
-        .addColumn("starts_at", "text", (c) => c.notNull())
-        .addColumn("ends_at", "text", (c) => c.notNull())
-        .addColumn("status", "text", (c) => c.notNull())
+        .addColumn("course_code", t.text, (c) => c.notNull())
+        .addColumn("room", t.text, (c) => c.notNull())
+        .addColumn("date", t.text, (c) => c.notNull())
+        .addColumn("starts_at", t.text, (c) => c.notNull())
+        .addColumn("ends_at", t.text, (c) => c.notNull())
+        .addColumn("status", t.text, (c) => c.notNull())
         .addUniqueConstraint("sessions_natural_key", ["livemode", "course_code", "starts_at"])
         .execute();
       await db.schema
@@ -83,27 +99,27 @@ const migrations: Record<string, Migration> = {
         .execute();
       await db.schema
         .createTable("devices")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("room", "text", (c) => c.notNull())
-        .addColumn("model", "text", (c) => c.notNull())
-        .addColumn("name", "text", (c) => c.notNull())
-        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("room", t.text, (c) => c.notNull())
+        .addColumn("model", t.text, (c) => c.notNull())
+        .addColumn("name", t.text, (c) => c.notNull())
+        .addColumn("created_at", t.text, (c) => c.notNull())
         .execute();
       await db.schema
         .createTable("records")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("session_id", "text", (c) => c.notNull().references("sessions.id"))
-        .addColumn("student_id", "text", (c) => c.notNull().references("students.id"))
-        .addColumn("course_code", "text", (c) => c.notNull())
-        .addColumn("status", "text", (c) => c.notNull())
-        .addColumn("recorded_at", "text", (c) => c.notNull())
-        .addColumn("method", "text", (c) => c.notNull())
-        .addColumn("device_id", "text", (c) => c.references("devices.id"))
-        .addColumn("reason", "text")
-        .addColumn("created_at", "text", (c) => c.notNull())
-        .addColumn("updated_at", "text", (c) => c.notNull())
+        .addColumn("session_id", t.text, (c) => c.notNull().references("sessions.id"))
+        .addColumn("student_id", t.text, (c) => c.notNull().references("students.id"))
+        .addColumn("course_code", t.text, (c) => c.notNull())
+        .addColumn("status", t.text, (c) => c.notNull())
+        .addColumn("recorded_at", t.text, (c) => c.notNull())
+        .addColumn("method", t.text, (c) => c.notNull())
+        .addColumn("device_id", t.text, (c) => c.references("devices.id"))
+        .addColumn("reason", t.text)
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .addColumn("updated_at", t.text, (c) => c.notNull())
         .addUniqueConstraint("records_one_per_student_session", ["session_id", "student_id"])
         .execute();
       // One index per list filter, each ending in the keyset order (recorded_at, id).
@@ -118,16 +134,16 @@ const migrations: Record<string, Migration> = {
       }
       await db.schema
         .createTable("record_history")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("record_id", "text", (c) => c.notNull().references("records.id"))
+        .addColumn("id", t.text, (c) => c.primaryKey())
+        .addColumn("record_id", t.text, (c) => c.notNull().references("records.id"))
         .addColumn("seq", "integer", (c) => c.notNull())
-        .addColumn("at", "text", (c) => c.notNull())
-        .addColumn("from_status", "text", (c) => c.notNull())
-        .addColumn("to_status", "text", (c) => c.notNull())
-        .addColumn("reason", "text", (c) => c.notNull())
-        .addColumn("actor_type", "text", (c) => c.notNull())
-        .addColumn("actor_id", "text", (c) => c.notNull())
-        .addColumn("actor_name", "text", (c) => c.notNull())
+        .addColumn("at", t.text, (c) => c.notNull())
+        .addColumn("from_status", t.text, (c) => c.notNull())
+        .addColumn("to_status", t.text, (c) => c.notNull())
+        .addColumn("reason", t.text, (c) => c.notNull())
+        .addColumn("actor_type", t.text, (c) => c.notNull())
+        .addColumn("actor_id", t.text, (c) => c.notNull())
+        .addColumn("actor_name", t.text, (c) => c.notNull())
         .execute();
       await db.schema
         .createIndex("record_history_order")
@@ -137,22 +153,22 @@ const migrations: Record<string, Migration> = {
         .execute();
       await db.schema
         .createTable("events")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("type", "text", (c) => c.notNull())
-        .addColumn("created_at", "text", (c) => c.notNull())
-        .addColumn("payload", "text", (c) => c.notNull())
+        .addColumn("type", t.text, (c) => c.notNull())
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .addColumn("payload", t.text, (c) => c.notNull())
         .execute();
       await db.schema
         .createTable("idempotency_keys")
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("key", "text", (c) => c.notNull())
-        .addColumn("fingerprint", "text", (c) => c.notNull())
-        .addColumn("state", "text", (c) => c.notNull())
-        .addColumn("locked_at", "text", (c) => c.notNull())
+        .addColumn("key", t.text, (c) => c.notNull())
+        .addColumn("fingerprint", t.text, (c) => c.notNull())
+        .addColumn("state", t.text, (c) => c.notNull())
+        .addColumn("locked_at", t.text, (c) => c.notNull())
         .addColumn("status_code", "integer")
-        .addColumn("response_body", "text")
-        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("response_body", t.text)
+        .addColumn("created_at", t.text, (c) => c.notNull())
         .addPrimaryKeyConstraint("idempotency_keys_pk", ["livemode", "key"])
         .execute();
       await db.schema
@@ -166,7 +182,8 @@ const migrations: Record<string, Migration> = {
   // card taps. The devices table was created empty in 0001; no rows exist to backfill.
   "0002_badges": {
     async up(db: Kysely<any>) {
-      const deviceColumns: [string, "text" | "integer" | "real"][] = [
+      const t = columnTypes(db);
+      const deviceColumns: [string, keyof typeof t | "integer"][] = [
         ["token_lookup", "text"],
         ["token_hash", "text"],
         ["token_hint", "text"],
@@ -181,45 +198,45 @@ const migrations: Record<string, Migration> = {
         ["offered_at", "text"],
       ];
       for (const [name, type] of deviceColumns) {
-        await db.schema.alterTable("devices").addColumn(name, type).execute();
+        await db.schema.alterTable("devices").addColumn(name, type === "integer" ? type : t[type]).execute();
       }
       await db.schema.createIndex("devices_by_token").on("devices").column("token_lookup").unique().execute();
       await db.schema
         .createTable("ota_fetches")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("device_id", "text", (c) => c.notNull().references("devices.id"))
-        .addColumn("version", "text", (c) => c.notNull())
+        .addColumn("id", t.text, (c) => c.primaryKey())
+        .addColumn("device_id", t.text, (c) => c.notNull().references("devices.id"))
+        .addColumn("version", t.text, (c) => c.notNull())
         .addColumn("size", "integer", (c) => c.notNull())
         .addColumn("bytes_sent", "integer", (c) => c.notNull())
-        .addColumn("outcome", "text", (c) => c.notNull())
-        .addColumn("started_at", "text", (c) => c.notNull())
-        .addColumn("ended_at", "text")
+        .addColumn("outcome", t.text, (c) => c.notNull())
+        .addColumn("started_at", t.text, (c) => c.notNull())
+        .addColumn("ended_at", t.text)
         .execute();
       await db.schema.createIndex("ota_fetches_by_device").on("ota_fetches").columns(["device_id", "started_at"]).execute();
       await db.schema
         .createTable("ota_reports")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("device_id", "text", (c) => c.notNull().references("devices.id"))
-        .addColumn("version", "text", (c) => c.notNull())
-        .addColumn("outcome", "text", (c) => c.notNull())
-        .addColumn("message", "text")
-        .addColumn("report", "text", (c) => c.notNull())
-        .addColumn("received_at", "text", (c) => c.notNull())
+        .addColumn("id", t.text, (c) => c.primaryKey())
+        .addColumn("device_id", t.text, (c) => c.notNull().references("devices.id"))
+        .addColumn("version", t.text, (c) => c.notNull())
+        .addColumn("outcome", t.text, (c) => c.notNull())
+        .addColumn("message", t.text)
+        .addColumn("report", t.text, (c) => c.notNull())
+        .addColumn("received_at", t.text, (c) => c.notNull())
         .execute();
       await db.schema.createIndex("ota_reports_by_device").on("ota_reports").columns(["device_id", "received_at"]).execute();
       await db.schema
         .createTable("device_taps")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("device_id", "text", (c) => c.notNull().references("devices.id"))
-        .addColumn("card_uid", "text", (c) => c.notNull())
-        .addColumn("tapped_at", "text", (c) => c.notNull())
-        .addColumn("received_at", "text", (c) => c.notNull())
-        .addColumn("result", "text", (c) => c.notNull())
-        .addColumn("reason", "text")
-        .addColumn("session_id", "text")
-        .addColumn("student_id", "text")
-        .addColumn("record_id", "text")
+        .addColumn("device_id", t.text, (c) => c.notNull().references("devices.id"))
+        .addColumn("card_uid", t.text, (c) => c.notNull())
+        .addColumn("tapped_at", t.text, (c) => c.notNull())
+        .addColumn("received_at", t.text, (c) => c.notNull())
+        .addColumn("result", t.text, (c) => c.notNull())
+        .addColumn("reason", t.text)
+        .addColumn("session_id", t.text)
+        .addColumn("student_id", t.text)
+        .addColumn("record_id", t.text)
         // A replayed sync carries the same taps: the badge, the card and the second identify one.
         .addUniqueConstraint("device_taps_once", ["device_id", "card_uid", "tapped_at"])
         .execute();
@@ -234,55 +251,56 @@ const migrations: Record<string, Migration> = {
   // partial index instead of a cursor that a late commit could slip behind.
   "0003_webhooks": {
     async up(db: Kysely<any>) {
-      await db.schema.alterTable("events").addColumn("dispatched_at", "text").execute();
+      const t = columnTypes(db);
+      await db.schema.alterTable("events").addColumn("dispatched_at", t.text).execute();
       await sql`create index events_undispatched on events (id) where dispatched_at is null`.execute(db);
       await db.schema.createIndex("events_by_time").on("events").columns(["livemode", "created_at", "id"]).execute();
       await db.schema.createIndex("events_by_type").on("events").columns(["livemode", "type", "created_at", "id"]).execute();
       await db.schema
         .createTable("webhook_endpoints")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("url", "text", (c) => c.notNull())
-        .addColumn("description", "text")
-        .addColumn("enabled_events", "text", (c) => c.notNull())
-        .addColumn("status", "text", (c) => c.notNull())
-        .addColumn("disabled_reason", "text")
-        .addColumn("secret", "text", (c) => c.notNull())
-        .addColumn("previous_secret", "text")
-        .addColumn("previous_secret_expires_at", "text")
-        .addColumn("last_success_at", "text")
-        .addColumn("created_at", "text", (c) => c.notNull())
-        .addColumn("updated_at", "text", (c) => c.notNull())
+        .addColumn("url", t.text, (c) => c.notNull())
+        .addColumn("description", t.text)
+        .addColumn("enabled_events", t.text, (c) => c.notNull())
+        .addColumn("status", t.text, (c) => c.notNull())
+        .addColumn("disabled_reason", t.text)
+        .addColumn("secret", t.text, (c) => c.notNull())
+        .addColumn("previous_secret", t.text)
+        .addColumn("previous_secret_expires_at", t.text)
+        .addColumn("last_success_at", t.text)
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .addColumn("updated_at", t.text, (c) => c.notNull())
         .execute();
       await db.schema.createIndex("webhook_endpoints_by_time").on("webhook_endpoints").columns(["livemode", "created_at", "id"]).execute();
       await db.schema
         .createTable("webhook_deliveries")
-        .addColumn("endpoint_id", "text", (c) => c.notNull().references("webhook_endpoints.id").onDelete("cascade"))
-        .addColumn("event_id", "text", (c) => c.notNull().references("events.id"))
-        .addColumn("state", "text", (c) => c.notNull())
+        .addColumn("endpoint_id", t.text, (c) => c.notNull().references("webhook_endpoints.id").onDelete("cascade"))
+        .addColumn("event_id", t.text, (c) => c.notNull().references("events.id"))
+        .addColumn("state", t.text, (c) => c.notNull())
         .addColumn("attempts", "integer", (c) => c.notNull())
-        .addColumn("next_attempt_at", "text")
-        .addColumn("lease_token", "text")
-        .addColumn("created_at", "text", (c) => c.notNull())
-        .addColumn("updated_at", "text", (c) => c.notNull())
+        .addColumn("next_attempt_at", t.text)
+        .addColumn("lease_token", t.text)
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .addColumn("updated_at", t.text, (c) => c.notNull())
         .addPrimaryKeyConstraint("webhook_deliveries_pk", ["endpoint_id", "event_id"])
         .execute();
       await sql`create index webhook_deliveries_due on webhook_deliveries (next_attempt_at) where state = 'pending'`.execute(db);
       await sql`create index webhook_deliveries_due_by_endpoint on webhook_deliveries (endpoint_id, next_attempt_at) where state = 'pending'`.execute(db);
       await db.schema
         .createTable("webhook_attempts")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("endpoint_id", "text", (c) => c.notNull().references("webhook_endpoints.id").onDelete("cascade"))
-        .addColumn("event_id", "text", (c) => c.notNull())
-        .addColumn("event_type", "text", (c) => c.notNull())
-        .addColumn("kind", "text", (c) => c.notNull())
-        .addColumn("attempted_at", "text", (c) => c.notNull())
+        .addColumn("id", t.text, (c) => c.primaryKey())
+        .addColumn("endpoint_id", t.text, (c) => c.notNull().references("webhook_endpoints.id").onDelete("cascade"))
+        .addColumn("event_id", t.text, (c) => c.notNull())
+        .addColumn("event_type", t.text, (c) => c.notNull())
+        .addColumn("kind", t.text, (c) => c.notNull())
+        .addColumn("attempted_at", t.text, (c) => c.notNull())
         .addColumn("duration_ms", "integer", (c) => c.notNull())
         .addColumn("status_code", "integer")
-        .addColumn("error", "text")
-        .addColumn("response_excerpt", "text")
-        .addColumn("outcome", "text", (c) => c.notNull())
-        .addColumn("next_attempt_at", "text")
+        .addColumn("error", t.text)
+        .addColumn("response_excerpt", t.text)
+        .addColumn("outcome", t.text, (c) => c.notNull())
+        .addColumn("next_attempt_at", t.text)
         .execute();
       await db.schema.createIndex("webhook_attempts_by_endpoint").on("webhook_attempts").columns(["endpoint_id", "attempted_at", "id"]).execute();
     },
@@ -292,16 +310,17 @@ const migrations: Record<string, Migration> = {
   // comparisons that mean the same on SQLite and PostgreSQL.
   "0004_pipelines": {
     async up(db: Kysely<any>) {
+      const t = columnTypes(db);
       await db.schema
         .createTable("pipelines")
-        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("id", t.text, (c) => c.primaryKey())
         .addColumn("livemode", "integer", (c) => c.notNull())
-        .addColumn("name", "text", (c) => c.notNull())
-        .addColumn("name_folded", "text", (c) => c.notNull())
-        .addColumn("overview", "text", (c) => c.notNull())
-        .addColumn("owner_email", "text", (c) => c.notNull())
-        .addColumn("owner_email_folded", "text", (c) => c.notNull())
-        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("name", t.text, (c) => c.notNull())
+        .addColumn("name_folded", t.text, (c) => c.notNull())
+        .addColumn("overview", t.text, (c) => c.notNull())
+        .addColumn("owner_email", t.text, (c) => c.notNull())
+        .addColumn("owner_email_folded", t.text, (c) => c.notNull())
+        .addColumn("created_at", t.text, (c) => c.notNull())
         .execute();
       await db.schema.createIndex("pipelines_by_creation").on("pipelines").columns(["livemode", "created_at", "id"]).execute();
       await db.schema
@@ -311,21 +330,59 @@ const migrations: Record<string, Migration> = {
         .execute();
       await db.schema
         .createTable("stages")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("pipeline_id", "text", (c) => c.notNull().references("pipelines.id"))
+        .addColumn("id", t.text, (c) => c.primaryKey())
+        .addColumn("pipeline_id", t.text, (c) => c.notNull().references("pipelines.id"))
         .addColumn("position", "integer", (c) => c.notNull())
-        .addColumn("title", "text", (c) => c.notNull())
-        .addColumn("goal", "text", (c) => c.notNull())
-        .addColumn("priority", "text", (c) => c.notNull())
-        .addColumn("due_date", "text")
-        .addColumn("status", "text", (c) => c.notNull())
-        .addColumn("created_at", "text", (c) => c.notNull())
+        .addColumn("title", t.text, (c) => c.notNull())
+        .addColumn("goal", t.text, (c) => c.notNull())
+        .addColumn("priority", t.text, (c) => c.notNull())
+        .addColumn("due_date", t.text)
+        .addColumn("status", t.text, (c) => c.notNull())
+        .addColumn("created_at", t.text, (c) => c.notNull())
         .addUniqueConstraint("stages_order", ["pipeline_id", "position"])
         .execute();
       await db.schema.createIndex("stages_by_status").on("stages").columns(["pipeline_id", "status"]).execute();
     },
   },
+  // The database release store (server/releases/database-release-store.ts), used with
+  // PostgreSQL so instances on several machines share releases without a shared disk. Images are
+  // only ever inserted; the manifest is one row (id 1) replaced in a transaction, with a fresh
+  // revision each time; no row is the empty manifest.
+  "0005_releases": {
+    async up(db: Kysely<any>) {
+      const t = columnTypes(db);
+      await db.schema
+        .createTable("release_images")
+        .addColumn("file", t.text, (c) => c.primaryKey())
+        .addColumn("sha256", t.text, (c) => c.notNull())
+        .addColumn("size", "integer", (c) => c.notNull())
+        .addColumn("body", t.blob, (c) => c.notNull())
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("release_manifest")
+        .addColumn("id", "integer", (c) => c.primaryKey().check(sql`id = 1`))
+        .addColumn("revision", t.text, (c) => c.notNull())
+        .addColumn("body", t.text, (c) => c.notNull())
+        .addColumn("updated_at", t.text, (c) => c.notNull())
+        .execute();
+    },
+  },
+  // Record indexes that no query reads. 0001 gave the records list one index per filter
+  // (course, student, status), but SQLite plans the list's query (server/store/attendance-store.ts
+  // listRecords, parameters bound, no statistics gathered) on records_by_time whatever the filter,
+  // as EXPLAIN QUERY PLAN shows, and nothing else reads them. Each still cost every insert a page
+  // write, records_by_student a page per row (student ids arrive in no order): with them, a badge
+  // sync's commit wrote about twice the log it writes now.
+  "0006_unread_record_indexes": {
+    async up(db: Kysely<any>) {
+      for (const name of ["records_by_course", "records_by_student", "records_by_status"]) {
+        await db.schema.dropIndex(name).execute();
+      }
+    },
+  },
 };
+
 
 export async function migrateToLatest(db: Kysely<any>): Promise<void> {
   const migrator = new Migrator({

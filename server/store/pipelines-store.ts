@@ -2,6 +2,7 @@
 // SQLite and PostgreSQL: the name search is a LIKE on a column folded to lower case in code,
 // with an explicit ESCAPE, and an update touches only the columns it is given.
 import { sql } from "kysely";
+import { forUpdate } from "./dialect.ts";
 import type { Db, Livemode, PipelinesTable, StagesTable } from "./schema.ts";
 
 export type PipelineRow = PipelinesTable;
@@ -33,14 +34,21 @@ export async function stageCountsOf(db: Db, pipelineIds: string[]) {
 
 /** The stage and the mode of its pipeline, so callers can keep modes apart. */
 export async function findStage(db: Db, id: string, livemode: Livemode): Promise<StageRow | undefined> {
-  return db
+  return stageQuery(db, id, livemode).executeTakeFirst();
+}
+
+/** The stage, locked until the transaction `trx` ends: a concurrent update waits and then sees this one's status. */
+export async function findStageForUpdate(trx: Db, id: string, livemode: Livemode): Promise<StageRow | undefined> {
+  return forUpdate(trx, stageQuery(trx, id, livemode)).executeTakeFirst();
+}
+
+const stageQuery = (db: Db, id: string, livemode: Livemode) =>
+  db
     .selectFrom("stages")
     .innerJoin("pipelines", "pipelines.id", "stages.pipeline_id")
     .selectAll("stages")
     .where("stages.id", "=", id)
-    .where("pipelines.livemode", "=", livemode)
-    .executeTakeFirst();
-}
+    .where("pipelines.livemode", "=", livemode);
 
 export interface PipelineFilter {
   livemode: Livemode;

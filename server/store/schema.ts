@@ -264,6 +264,25 @@ export interface WebhookAttemptsTable {
   next_attempt_at: string | null;
 }
 
+/** A release image (the database release store): written once, never changed. */
+export interface ReleaseImagesTable {
+  /** the manifest entry's `file` */
+  file: string;
+  sha256: string;
+  size: number;
+  body: Uint8Array;
+  created_at: string;
+}
+
+/** The one row holding the release manifest (the database release store). */
+export interface ReleaseManifestTable {
+  id: number;
+  /** a fresh id at every replacement, so an instance knows from it alone whether its copy is current */
+  revision: string;
+  body: string;
+  updated_at: string;
+}
+
 export interface Database {
   users: UsersTable;
   api_keys: ApiKeysTable;
@@ -286,6 +305,8 @@ export interface Database {
   webhook_attempts: WebhookAttemptsTable;
   pipelines: PipelinesTable;
   stages: StagesTable;
+  release_images: ReleaseImagesTable;
+  release_manifest: ReleaseManifestTable;
 }
 
 /** A connection or an open transaction: store functions accept either. */

@@ -1,8 +1,9 @@
 // All SQL of webhooks: endpoints, the outbox fan-out, delivery claims with leases, attempts.
 // The claim is SELECT then UPDATE inside one BEGIN IMMEDIATE transaction, which on SQLite no
-// other writer can interleave with; the PostgreSQL port (several instances) makes the SELECT
-// `FOR UPDATE SKIP LOCKED` and keeps the rest.
+// other writer can interleave with; on PostgreSQL (several instances) the SELECT is
+// `FOR UPDATE SKIP LOCKED`, so a delivery another worker is claiming is passed over.
 import { sql } from "kysely";
+import { isPostgres } from "./dialect.ts";
 import type {
   Db,
   EventsTable,
@@ -40,10 +41,16 @@ export async function deleteEndpoint(db: Db, id: string): Promise<void> {
   await db.deleteFrom("webhook_endpoints").where("id", "=", id).execute();
 }
 
-/** Which of `ids` still exist (an endpoint may be deleted while an attempt to it runs). */
+/**
+ * Which of `ids` still exist (an endpoint may be deleted while an attempt to it runs). On
+ * PostgreSQL they stay until the transaction ends (FOR KEY SHARE): a delete waits for it, so the
+ * attempts recorded next never point at a deleted endpoint, and the lock is taken before the
+ * delivery rows a cascading delete also locks, so the two cannot deadlock.
+ */
 export async function existingEndpointIds(db: Db, ids: string[]): Promise<Set<string>> {
   if (ids.length === 0) return new Set();
-  const rows = await db.selectFrom("webhook_endpoints").select("id").where("id", "in", [...new Set(ids)]).execute();
+  const query = db.selectFrom("webhook_endpoints").select("id").where("id", "in", [...new Set(ids)]).orderBy("id");
+  const rows = await (isPostgres(db) ? query.forKeyShare() : query).execute();
   return new Set(rows.map((r) => r.id));
 }
 
@@ -101,9 +108,13 @@ export async function markDispatched(db: Db, ids: string[], now: string): Promis
   }
 }
 
-/** One endpoint's pending deliveries that are due (a leased one is due when its lease ends), oldest first. */
+/**
+ * One endpoint's pending deliveries that are due (a leased one is due when its lease ends),
+ * oldest first. On PostgreSQL the rows stay locked until the claim commits, and rows another
+ * worker is claiming are skipped, not waited for.
+ */
 export async function dueDeliveriesOf(db: Db, endpointId: string, now: string, limit: number) {
-  return db
+  const query = db
     .selectFrom("webhook_deliveries as d")
     .innerJoin("webhook_endpoints as e", "e.id", "d.endpoint_id")
     .innerJoin("events as ev", "ev.id", "d.event_id")
@@ -125,8 +136,8 @@ export async function dueDeliveriesOf(db: Db, endpointId: string, now: string, l
     .where("d.state", "=", sql.lit("pending"))
     .where("d.next_attempt_at", "<=", now)
     .orderBy("d.next_attempt_at")
-    .limit(limit)
-    .execute();
+    .limit(limit);
+  return (isPostgres(db) ? query.forUpdate("d").skipLocked() : query).execute();
 }
 
 export type DueDelivery = Awaited<ReturnType<typeof dueDeliveriesOf>>[number];

@@ -9,6 +9,14 @@ import type { Database } from "./schema.ts";
 
 type Work<T> = (trx: Transaction<Database>) => Promise<T>;
 
+/**
+ * The longest a write waits for neighbours to join its group. A group normally closes once the
+ * event loop has read every request that is ready (setImmediate); when a thousand requests are
+ * ready at once, reading them all takes longer than anyone should wait, so the group closes as
+ * soon as its first write has waited this long, and the rest form the next group.
+ */
+export const MAX_GROUP_WAIT_MS = 5;
+
 interface Pending {
   work: Work<unknown>;
   durable: boolean;
@@ -16,11 +24,15 @@ interface Pending {
   reject(error: unknown): void;
 }
 
+type Outcome = { value: unknown } | { error: unknown };
+
 export class WriteBatcher {
   readonly #db: Kysely<Database>;
   readonly #synced: () => Promise<void>;
   #pending: Pending[] = [];
-  #flushing = false;
+  /** idle: nothing queued; open: a group collects writes; writing: its transaction runs */
+  #state: "idle" | "open" | "writing" = "idle";
+  #openedAt = 0;
 
   /** `synced` resolves once what was committed before the call is durable (Store.logSynced). */
   constructor(db: Kysely<Database>, synced: () => Promise<void>) {
@@ -30,19 +42,30 @@ export class WriteBatcher {
 
   /**
    * Runs `work` in a transaction shared with the writes queued alongside it; resolves once the
-   * commit is durable. `{ durable: false }` resolves at the commit itself, for a write nobody is
-   * told about (an Idempotency-Key reservation: other processes see it from the commit on, and
-   * losing it in a power cut loses no acknowledged write).
+   * commit is durable. If `work` throws, what it wrote is undone (its neighbours' writes stay)
+   * and the promise rejects with that error once the group has committed. `{ durable: false }`
+   * resolves at the commit itself, for a write nobody is told about (an Idempotency-Key
+   * reservation: other processes see it from the commit on, and losing it in a power cut loses
+   * no acknowledged write).
    */
   run<T>(work: Work<T>, { durable = true }: { durable?: boolean } = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.#pending.push({ work, durable, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.#flushing) {
-        this.#flushing = true;
+      if (this.#state === "idle") {
+        this.#state = "open";
+        this.#openedAt = performance.now();
         // Let the requests already read from the sockets queue their writes first.
-        setImmediate(() => void this.#flush());
+        setImmediate(() => this.#close());
+      } else if (this.#state === "open" && performance.now() - this.#openedAt >= MAX_GROUP_WAIT_MS) {
+        this.#close();
       }
     });
+  }
+
+  #close(): void {
+    if (this.#state !== "open") return;
+    this.#state = "writing";
+    void this.#flush();
   }
 
   // A group is answered once the log holds its commit on disk; the next group's statements run
@@ -50,38 +73,29 @@ export class WriteBatcher {
   async #flush(): Promise<void> {
     while (this.#pending.length > 0) {
       const batch = this.#pending.splice(0);
+      let outcomes: Outcome[];
       try {
-        const results = await this.#db.transaction().execute(async (trx) => {
-          const out: unknown[] = [];
-          for (const item of batch) out.push(await item.work(trx));
+        outcomes = await this.#db.transaction().execute(async (trx) => {
+          const out: Outcome[] = [];
+          for (const item of batch) out.push(await settleInSavepoint(trx, () => item.work(trx)));
           return out;
         });
-        batch.forEach((item, i) => {
-          if (!item.durable) item.resolve(results[i]);
-        });
-        const durable = batch.filter((item) => item.durable);
-        if (durable.length > 0) {
-          this.#synced().then(
-            () => batch.forEach((item, i) => item.durable && item.resolve(results[i])),
-            (error: unknown) => durable.forEach((item) => item.reject(error)),
-          );
-        }
-      } catch {
-        // One failing write must not fail its neighbours: the batch was rolled back, so each
-        // runs again on its own and only the failing one sees its error.
-        for (const item of batch) {
-          await this.#db
-            .transaction()
-            .execute(item.work)
-            .then(async (result) => {
-              if (item.durable) await this.#synced();
-              item.resolve(result);
-            }, item.reject)
-            .catch(item.reject);
-        }
+      } catch (error) {
+        // The transaction itself failed (its commit, or SQLite ended it): nothing of the group
+        // was written, and every write in it hears why.
+        for (const item of batch) item.reject(error);
+        continue;
       }
+      const synced = batch.some((item, i) => item.durable && "value" in outcomes[i]!) ? this.#synced() : undefined;
+      batch.forEach((item, i) => {
+        const outcome = outcomes[i]!;
+        // A failed write wrote nothing, so it waits for no sync.
+        if ("error" in outcome) item.reject(outcome.error);
+        else if (!item.durable) item.resolve(outcome.value);
+        else synced!.then(() => item.resolve(outcome.value), item.reject);
+      });
     }
-    this.#flushing = false;
+    this.#state = "idle";
   }
 
   /** Resolves once everything committed so far is durable. */
@@ -101,14 +115,25 @@ const SAVEPOINT = {
  * undone and the error passes on, while the writes of its neighbours in the group stay.
  */
 export async function inSavepoint<T>(trx: Transaction<Database>, work: () => Promise<T>): Promise<T> {
+  const outcome = await settleInSavepoint(trx, work);
+  if ("error" in outcome) throw outcome.error;
+  return outcome.value as T;
+}
+
+/**
+ * `work` under a savepoint: what it returned, or what it threw with its changes undone. Throws
+ * only when the savepoint cannot be rolled back, that is when SQLite has ended the transaction
+ * (a full disk, an I/O error): the failure is then the whole transaction's, not this work's.
+ */
+async function settleInSavepoint(trx: Transaction<Database>, work: () => Promise<unknown>): Promise<Outcome> {
   await trx.executeQuery(SAVEPOINT.open);
   try {
-    const result = await work();
+    const value = await work();
     await trx.executeQuery(SAVEPOINT.release);
-    return result;
+    return { value };
   } catch (error) {
     await trx.executeQuery(SAVEPOINT.rollback);
     await trx.executeQuery(SAVEPOINT.release);
-    throw error;
+    return { error };
   }
 }

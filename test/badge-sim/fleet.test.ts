@@ -147,7 +147,7 @@ describe("badgebench sim fleet", () => {
     expect(body.latencyMs.check.count).toBe(5);
   });
 
-  it("refuses --server without --data in one line", async () => {
+  it("refuses --server without --data in one line", { timeout: 30_000 }, async () => {
     const result = await run(["sim", "fleet", "--badges", "5", "--server", "http://127.0.0.1:9"]);
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^badgebench: --server needs --data/);

@@ -140,7 +140,7 @@ describe("the fleet", () => {
     await page.getByRole("button", { name: "Cancel" }).click();
     expect(await dialog.isVisible()).toBe(false);
     expect(await page.locator("#releases-message").textContent()).toContain("Promotion of 1.5.0 refused");
-    expect(h.releases.read().fleet).toBe("1.4.0");
+    expect((await h.releases.read()).fleet).toBe("1.4.0");
 
     await canaryReportsOk(h, fleet);
     await page.getByRole("button", { name: "Refresh" }).click();
@@ -152,7 +152,7 @@ describe("the fleet", () => {
     await page.getByRole("button", { name: "Promote 1.5.0" }).click();
     await expect.poll(() => page.locator("#releases-message").textContent()).toContain("1.5.0 is now the fleet's release (the canary reported ok)");
     await expect.poll(() => page.locator("#releases-table tbody tr[data-release='1.5.0']").textContent()).toContain("The whole fleet");
-    expect(h.releases.read().fleet).toBe("1.5.0");
+    expect((await h.releases.read()).fleet).toBe("1.5.0");
     // The fleet moved on: the badge on 1.4.0 is outdated now, the canary on 1.5.0 current.
     await expect.poll(() => page.locator("#devices-table tbody tr", { hasText: "Front desk" }).locator(".state").textContent()).toBe("Outdated");
     expect(await page.locator("#devices-table tbody tr", { hasText: "Canary, desk 3" }).locator(".state").textContent()).toBe("Current");
@@ -166,7 +166,7 @@ describe("the fleet", () => {
     await page.getByLabel("Reason for promoting without the canary's report").fill("the canary is in a drawer; tested on the bench");
     await page.getByRole("button", { name: "Promote anyway" }).click();
     await expect.poll(() => page.locator("#releases-message").textContent()).toContain("1.6.0 is now the fleet's release (forced without the canary's report)");
-    expect(h.releases.read().releases.at(-1)?.promoted).toMatchObject({ forced: true, reason: "the canary is in a drawer; tested on the bench" });
+    expect((await h.releases.read()).releases.at(-1)?.promoted).toMatchObject({ forced: true, reason: "the canary is in a drawer; tested on the bench" });
   });
 });
 

@@ -109,7 +109,7 @@ describe("hil run on the simulated badge over a socat pty pair", () => {
     );
     expect(crash).toMatchObject({ outcome: "skipped", message: expect.stringContaining("offers 1.5.0; the scenario needs 1.5.0 (an image that crashes on boot) (publish it") });
     expect(noRelease).toMatchObject({ outcome: "skipped", message: expect.stringContaining("offers 1.5.0; the scenario needs no release") });
-    expect(revoked).toMatchObject({ outcome: "skipped", message: expect.stringMatching(/revokes the badge's device token/) });
+    expect(revoked).toMatchObject({ outcome: "skipped", message: expect.stringMatching(/revokes the badge.s device token, and rig\.json has no `provision` command/) });
 
     expect(junitProblems(junit)).toBeNull();
     const xml = readFileSync(junit, "utf8");
@@ -143,6 +143,29 @@ describe("hil run on the simulated badge over a socat pty pair", () => {
 
     badge.child.kill("SIGTERM");
     expect(await badge.exited).toBe(0);
+  });
+
+  it("plays the revoked token through the rig's provision command; one that fails errs with what it said, and the badge keeps its own token", async () => {
+    const { dataDir, server, token } = await rigServer();
+    const { hostPath, badgePath } = await ptyPair();
+    await simSerial(["--port", badgePath, "--server", server.url, "--token", token]);
+    const work = scratch("work");
+    const rig = join(work, "rig.json");
+    const provision = { command: ["sh", "-c", "echo cannot reach the badge >&2; exit 3", "provision", "{token}"] };
+    writeFileSync(rig, JSON.stringify({ name: "sim-rig", port: hostPath, power: null, provision, server: { url: `${server.url}/`, deviceToken: token, dataDir } }));
+    const result = await run(["hil", "run", scenario("revoked-token.json"), scenario("happy-path.json"), "--rig", rig, "--json"], { cwd: work, timeoutMs: 90_000 });
+    expect(result.code).toBe(1);
+    const [revoked, happy] = JSON.parse(result.stdout).results;
+    expect(revoked).toMatchObject({ outcome: "error", message: "the provision command of rig.json (sh) exited 3:\ncannot reach the badge" });
+    expect(happy).toMatchObject({ outcome: "passed" });
+    // the scenario's own device was added beside the rig's and revoked; the rig's still works
+    const devices = JSON.parse((await run(["devices", "list", "--data", dataDir, "--json"])).stdout).data;
+    expect(devices).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ name: "revoked-token scenario", room: "R101", model: "esp32-badge", revoked_at: expect.any(String) }),
+        expect.objectContaining({ name: "rig badge", revoked_at: null }),
+      ]),
+    );
   });
 
   it("refuses a bad rig file, naming each bad field, exit 1", async () => {

@@ -1,10 +1,15 @@
 // The rig against the reference badge in C (issue 15): `badgebench hil run` plays every shipped
 // scenario on firmware/reference-badge's host build over a socat pty pair, exactly as on a real
-// badge: the model oracle checks every console line, power cuts go through the MQTT relay
-// (Tasmota topics on the real Mosquitto, answered by starting or SIGKILLing the badge process),
-// network faults through the fault proxy the badge's NVS points at. scripts/reference-badge-rig.ts
-// builds the bench; this test runs it as a user would and reads its JSON report.
+// badge: the model oracle checks every console line, power cuts, unplugging and plugging in go
+// through the MQTT relays on its battery and its USB power (Tasmota topics on the real Mosquitto,
+// answered by starting or SIGKILLing the badge process and by its VBUS sense file), network
+// faults through the fault proxy the badge's NVS points at, and the revoked token through the
+// rig's provision command. scripts/reference-badge-rig.ts builds the bench; this test runs it as
+// a user would and reads its JSON report.
 import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import mqtt from "mqtt";
 import { describe, expect, it } from "vitest";
 import { ProcessRelay } from "../../scripts/reference-badge-rig.ts";
@@ -12,72 +17,112 @@ import { ROOT } from "../server/cli-process.ts";
 
 const BROKER = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
 
-/** The scenarios a rig cannot play, and why (the same reasons a real rig gives). */
-const SKIPPED: Record<string, RegExp> = {
-  "pending report delivered after a brownout": /unplugs USB power and runs on the battery alone, which a rig cannot do/,
-  "revoked token": /revokes the badge's device token/,
-};
+/** `scripts/reference-badge-rig.ts ARGS --json` as a user runs it: its exit code and JSON report. */
+async function runRig(args: string[]) {
+  const child = spawn(process.execPath, ["--import", "tsx", "scripts/reference-badge-rig.ts", ...args, "--json"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+  expect(code, `${stderr}\n${stdout.slice(0, 4000)}`).toBe(0);
+  return JSON.parse(stdout);
+}
 
 describe("the rig against the reference badge", () => {
-  it("passes every shipped scenario a rig can play, the model checking each console line, power cut by the MQTT relay, faults from the proxy", { timeout: 600_000 }, async () => {
-    const child = spawn(process.execPath, ["--import", "tsx", "scripts/reference-badge-rig.ts", "--json"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-    const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
-    expect(code, `${stderr}\n${stdout.slice(0, 4000)}`).toBe(0);
-    const run = JSON.parse(stdout);
+  // the pending report scenario waits 60 s of wall time on a real badge, as it says
+  it("passes every shipped scenario, the model checking each console line, power through the MQTT relays, faults from the proxy", { timeout: 600_000 }, async () => {
+    const run = await runRig([]);
     const failing = run.results.filter((result: { outcome: string }) => result.outcome === "failed" || result.outcome === "error");
     expect(failing, JSON.stringify(failing, null, 2).slice(0, 4000)).toEqual([]);
-    expect(run).toMatchObject({ object: "reference_badge_rig", scenarios: 20, passed: 18, failed: 0, errors: 0, skipped: 2 });
+    expect(run).toMatchObject({ object: "reference_badge_rig", scenarios: 20, passed: 20, failed: 0, errors: 0, skipped: 0 });
 
     for (const result of run.results) {
-      if (result.outcome === "skipped") {
-        expect(result.message, result.name).toMatch(SKIPPED[result.name]!);
-        continue;
-      }
       // every expectation of the file held, and the model allowed every console event
       const fields = result.checks.map((check: { field: string }) => check.field);
       expect(fields, result.name).toContain("model");
       expect(fields.length, result.name).toBeGreaterThan(1);
       expect(result.checks.every((check: { passed: boolean }) => check.passed), result.name).toBe(true);
     }
-    // the four brownouts each cut the power through MQTT, and the relay switched it back on
-    expect(run.relay.off).toBe(4);
-    expect(run.relay.on).toBe(4);
-    const reports = Object.fromEntries(
-      run.results.map((result: { name: string; checks: Array<{ field: string; observed: unknown }> }) => [result.name, result.checks.find((check) => check.field === "expect.report")?.observed]),
-    );
+    // the five brownouts each cut the power through MQTT and the relays switched it back on; the
+    // revoked token's two provisionings (its token in, the rig's back) each switched it off and on
+    expect(run.relay.off).toBe(7);
+    expect(run.relay.on).toBe(7);
+    const observed = (field: string) =>
+      Object.fromEntries(
+        run.results.map((result: { name: string; checks: Array<{ field: string; observed: unknown }> }) => [result.name, result.checks.find((check) => check.field === field)?.observed]),
+      );
+    const reports = observed("expect.report");
     expect(reports["brownout during the partition switch"]).toBe("err|1.5.0|power lost during the partition switch");
     expect(reports["connection dropped at byte 131072"]).toBe("err|1.5.0|download cut at 50% (128 of 256 KiB)");
     expect(reports["happy path"]).toBe("ok|1.5.0");
+    expect(reports["pending report delivered after a brownout"]).toMatch(/^err\|1\.5\.0\|power lost during download after \d+% /);
+    // asleep on its battery, woken by USB power, the report out at the boot that follows
+    expect(observed("expect.states")["pending report delivered after a brownout"]).toEqual(expect.arrayContaining(["asleep", "wakingUp"]));
+    expect(observed("expect.unprovisioned")["revoked token"]).toBe(true);
+    // the scenarios after the revoked token ran on the rig's own token again
+    const after = run.results.slice(run.results.findIndex((result: { name: string }) => result.name === "revoked token") + 1);
+    expect(after.length).toBeGreaterThan(0);
+    expect(after.every((result: { outcome: string }) => result.outcome === "passed")).toBe(true);
+  });
+});
+
+describe("the rig's provision command", () => {
+  it("gives the badge its own token back after the revoked token, so the next scenario of the same hil run syncs with it", { timeout: 300_000 }, async () => {
+    const revoked = JSON.parse(fs.readFileSync(path.join(ROOT, "fixtures/scenarios/revoked-token.json"), "utf8"));
+    const next = {
+      name: "a sync after the revoked token",
+      description: "The same bench as the revoked token, played next in the same hil run: the badge has the rig's own token again.",
+      badge: { ...revoked.badge, token: undefined },
+      server: revoked.server,
+      steps: [{ do: "sync" }],
+      expect: { states: ["online.syncing", "awake.idle"], unprovisioned: false, runningVersion: "1.4.0" },
+    };
+    const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "after-revoked-")), "after-revoked-token.json");
+    fs.writeFileSync(file, JSON.stringify(next));
+    const run = await runRig(["fixtures/scenarios/revoked-token.json", file]);
+    // one group, so one hil run played both on one bench
+    expect(run).toMatchObject({ scenarios: 2, passed: 2, groups: 1 });
+    expect(run.results.map((result: { name: string }) => result.name)).toEqual(["revoked token", "a sync after the revoked token"]);
   });
 });
 
 describe("the process relay (Tasmota topics)", () => {
-  it("starts the process on ON, kills it on OFF, and answers each command on stat/<topic>/POWER", async () => {
+  it("runs the process while either relay is on, kills it when the last goes off, and writes the USB relay's state to the VBUS file", { timeout: 30_000 }, async () => {
     const topic = `reference-badge-test-${process.pid}`;
-    const relay = await ProcessRelay.connect(BROKER, topic, () => spawn("sleep", ["60"], { stdio: "ignore" }));
+    const usbTopic = `${topic}-usb`;
+    const usbFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "process-relay-")), "usb.txt");
+    const relay = await ProcessRelay.connect({ brokerUrl: BROKER, topic, usbTopic, usbFile, start: () => spawn("sleep", ["60"], { stdio: "ignore" }) });
     const client = await mqtt.connectAsync(BROKER, { reconnectPeriod: 0 });
     try {
       const answers: string[] = [];
-      client.on("message", (_, payload) => answers.push(payload.toString()));
-      await client.subscribeAsync(`stat/${topic}/POWER`, { qos: 1 });
-      const ask = async (payload: string, count: number) => {
-        await client.publishAsync(`cmnd/${topic}/POWER`, payload, { qos: 1 });
-        await expect.poll(() => answers.length, { timeout: 5000 }).toBe(count);
+      client.on("message", (received, payload) => answers.push(`${received === `stat/${topic}/POWER` ? "battery" : "usb"} ${payload.toString()}`));
+      await client.subscribeAsync([`stat/${topic}/POWER`, `stat/${usbTopic}/POWER`], { qos: 1 });
+      const ask = async (which: string, payload: string) => {
+        const count = answers.length;
+        await client.publishAsync(`cmnd/${which}/POWER`, payload, { qos: 1 });
+        await expect.poll(() => answers.length, { timeout: 5000 }).toBe(count + 1);
+        return answers.at(-1);
       };
-      await ask("", 1);
-      expect(answers.at(-1)).toBe("OFF");
-      await ask("ON", 2);
-      expect(answers.at(-1)).toBe("ON");
+      const usb = () => fs.readFileSync(usbFile, "utf8").trim();
+      expect(await ask(topic, "")).toBe("battery OFF");
+      expect(usb()).toBe("none");
+      expect(await ask(topic, "ON")).toBe("battery ON");
       expect(relay.isOn).toBe(true);
-      await ask("on", 3); // already on: nothing starts twice
-      await ask("OFF", 4);
-      expect(answers.at(-1)).toBe("OFF");
-      expect(relay.isOn).toBe(false);
-      expect(relay.switched).toEqual({ on: 1, off: 1 });
+      expect(await ask(topic, "on")).toBe("battery ON"); // already on: nothing starts twice
+      // USB power plugged in and pulled while the battery runs the badge: it only sees its VBUS change
+      expect(await ask(usbTopic, "ON")).toBe("usb ON");
+      expect(usb()).toBe("charging");
+      expect(await ask(topic, "OFF")).toBe("battery OFF");
+      expect(relay.isOn).toBe(true); // on USB power alone
+      expect(await ask(usbTopic, "OFF")).toBe("usb OFF");
+      expect(relay.isOn).toBe(false); // the last relay off: a power cut
+      expect(usb()).toBe("none");
+      relay.usbSupply = "external";
+      expect(await ask(usbTopic, "ON")).toBe("usb ON");
+      expect(relay.isOn).toBe(true);
+      expect(usb()).toBe("external");
+      expect(relay.switched).toEqual({ on: 2, off: 1 });
     } finally {
       await client.endAsync();
       await relay.close();

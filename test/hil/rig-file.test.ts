@@ -39,6 +39,19 @@ describe("the example rig file", () => {
     expect(rig.server.dataDir).toBeUndefined();
   });
 
+  it("takes a USB power relay and a provision command, run in the rig file's directory", () => {
+    const file = write({
+      ...example(),
+      usbPower: { broker: "mqtt://127.0.0.1:1883", topic: "badge-bench-1-usb" },
+      provision: { command: ["./provision-badge.sh", "--token={token}"] },
+    });
+    const rig = loadRigFile(file);
+    expect(rig.usbPower).toEqual({ broker: "mqtt://127.0.0.1:1883", topic: "badge-bench-1-usb" });
+    expect(rig.provision).toEqual({ command: ["./provision-badge.sh", "--token={token}"], powerOff: false, timeoutMs: 120_000, cwd: path.dirname(file) });
+    expect(loadRigFile(write({ ...example(), provision: { command: ["p", "{token}"], powerOff: true, timeoutMs: 5000 } })).provision).toMatchObject({ powerOff: true, timeoutMs: 5000 });
+    expect(loadRigFile(write({ ...example(), usbPower: null })).usbPower).toBeNull();
+  });
+
   it("takes USB ids in either case and a serial number", () => {
     expect(loadRigFile(write({ ...example(), port: { vid: "10C4", pid: "EA60" } })).port).toEqual({ vid: "10c4", pid: "ea60" });
     expect(loadRigFile(write({ ...example(), port: { serialNumber: "F4:12:FA:00:11:22" } })).port).toEqual({ serialNumber: "F4:12:FA:00:11:22" });
@@ -61,6 +74,19 @@ describe("a bad rig file", () => {
     ["events published as a string", (r: any) => (r.events.publish = "yes"), /^ {2}events\.publish: .*expected boolean/m],
     ["an unknown field", (r: any) => (r.relay = "tasmota"), /^ {2}relay: unknown field/m],
     ["an unknown field in power", (r: any) => (r.power.index = 2), /^ {2}power\.index: unknown field/m],
+    ["a USB relay as a string", (r: any) => (r.usbPower = "tasmota-2"), /^ {2}usbPower: expected \{"broker".*or null for a rig without a USB power relay/m],
+    ["a USB relay topic with a wildcard", (r: any) => (r.usbPower = { broker: r.power.broker, topic: "usb+" }), /^ {2}usbPower\.topic: expected 1 to 64 characters/m],
+    ["a USB relay without its broker", (r: any) => (r.usbPower = { topic: "usb" }), /^ {2}usbPower\.broker: missing/m],
+    ["a USB relay on the power relay's topic", (r: any) => (r.usbPower = { ...r.power }), /^ {2}usbPower\.topic: expected another topic than power\.topic \(badge-bench-1\)/m],
+    ["a USB relay on a rig without a power relay", (r: any) => ((r.power = null), (r.usbPower = { broker: "mqtt://127.0.0.1:1883", topic: "usb" })), /^ {2}usbPower: needs `power` as well/m],
+    ["a provision command as one string", (r: any) => (r.provision = { command: "./provision {token}" }), /^ {2}provision\.command: expected the command as a list of words/m],
+    ["an empty provision command", (r: any) => (r.provision = { command: [] }), /^ {2}provision\.command: expected the command as a list of words/m],
+    ["a provision command without {token}", (r: any) => (r.provision = { command: ["./provision", "dtk_test_x"] }), /^ {2}provision\.command: expected \{token\} in one of the words/m],
+    ["a provision command with an empty word", (r: any) => (r.provision = { command: ["./provision", "", "{token}"] }), /^ {2}provision\.command\[1\]: expected no empty words/m],
+    ["a provision timeout of 0", (r: any) => (r.provision = { command: ["p", "{token}"], timeoutMs: 0 }), /^ {2}provision\.timeoutMs: /m],
+    ["powerOff as a string", (r: any) => (r.provision = { command: ["p", "{token}"], powerOff: "yes" }), /^ {2}provision\.powerOff: .*expected boolean/m],
+    ["powerOff on a rig without a relay", (r: any) => ((r.power = null), (r.provision = { command: ["p", "{token}"], powerOff: true })), /^ {2}provision\.powerOff: needs `power`/m],
+    ["an unknown field in provision", (r: any) => (r.provision = { command: ["p", "{token}"], env: {} }), /^ {2}provision\.env: unknown field/m],
   ])("%s names the field", (_name, spoil, message) => {
     const rig = example();
     spoil(rig);

@@ -8,10 +8,12 @@ import { pino } from "pino";
 import { buildAppImage, parseResponse, type BuildImageOptions, type ResponseLine } from "../../firmware/index.ts";
 import { startServer, type RunningServer } from "../../server/main.ts";
 import { publishRelease } from "../../server/releases/publishing.ts";
-import { ReleaseStore } from "../../server/releases/release-store.ts";
+import { openReleaseStore } from "../../server/releases/open-release-store.ts";
+import type { ReleaseStore, ReleaseStoreKind } from "../../server/releases/release-store.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { createDevice } from "../../server/services/devices.ts";
 import { importSchool } from "../../server/services/school-import.ts";
+import { createTestDatabase } from "./test-database.ts";
 
 export const DEV_WIFI_PASSWORD = "correct-horse-dev-wifi";
 const MINUTE = 60_000;
@@ -47,9 +49,19 @@ export interface BadgeHarness {
   close(): Promise<void>;
 }
 
-export async function startBadgeHarness(): Promise<BadgeHarness> {
+/** `releases`: where the server keeps releases (by default as files, SQLite's default). */
+export async function startBadgeHarness(options: { releases?: ReleaseStoreKind } = {}): Promise<BadgeHarness> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-badge-"));
-  const server = await startServer({ dataDir, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "silent" }) });
+  const database = await createTestDatabase();
+  const server = await startServer({
+    dataDir,
+    databaseUrl: database?.url,
+    port: 0,
+    host: "127.0.0.1",
+    sync: "normal",
+    logger: pino({ level: "silent" }),
+    releases: options.releases,
+  });
   const db = server.store.db;
   const now = Date.now();
   const mathStartsAt = new Date(now - 30 * MINUTE);
@@ -85,7 +97,7 @@ export async function startBadgeHarness(): Promise<BadgeHarness> {
     const { id, token } = await createDevice(db, { mode: "test", room, model: "badge-v2" });
     return { id, token };
   };
-  const releases = new ReleaseStore(dataDir);
+  const releases = openReleaseStore(db, dataDir, options.releases);
   const imageDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-images-"));
 
   const badge: BadgeHarness["badge"] = async (method, urlPath, token, body, headers = {}) => {
@@ -147,6 +159,7 @@ export async function startBadgeHarness(): Promise<BadgeHarness> {
     },
     async close() {
       await server.close();
+      await database?.drop();
       fs.rmSync(dataDir, { recursive: true, force: true });
       fs.rmSync(imageDir, { recursive: true, force: true });
     },

@@ -5,7 +5,7 @@ import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CHECKPOINT_INTERVAL_MS } from "../../server/store/checkpointer.ts";
-import { openStore, type Store } from "../../server/store/database.ts";
+import { openStore, sqliteFileOf, type Store } from "../../server/store/database.ts";
 
 const dirs: string[] = [];
 const stores: Store[] = [];
@@ -19,11 +19,11 @@ async function storeWithRows(serving: boolean, errors: string[]) {
   dirs.push(dir);
   const store = await openStore({ dataDir: dir, serving: serving ? { onCheckpointError: (m) => errors.push(m) } : undefined });
   stores.push(store);
-  const sizeBefore = fs.statSync(store.file).size;
+  const sizeBefore = fs.statSync(sqliteFileOf(store)).size;
   const rows = Array.from({ length: 500 }, (_, i) => ({ name: `filler-${i}`, value: "x".repeat(200) }));
   await store.db.insertInto("settings").values(rows).execute();
   await new Promise((resolve) => setTimeout(resolve, CHECKPOINT_INTERVAL_MS * 5));
-  return { grown: fs.statSync(store.file).size - sizeBefore };
+  return { grown: fs.statSync(sqliteFileOf(store)).size - sizeBefore };
 }
 
 describe("background WAL checkpoints", () => {

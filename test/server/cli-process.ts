@@ -22,6 +22,9 @@ export function baseEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   delete env.HOST;
   delete env.LOG_LEVEL;
   delete env.BADGEBENCH_SQLITE_SYNC;
+  delete env.DATABASE_URL;
+  delete env.DATABASE_POOL_SIZE;
+  delete env.DATABASE_STATEMENT_TIMEOUT_MS;
   for (const name of Object.keys(env)) if (name.startsWith("BADGEBENCH_WEBHOOK_")) delete env[name];
   return { ...env, ...extra };
 }

@@ -7,12 +7,15 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { compiledQuery } from "../../server/store/compiled-query.ts";
 import { openStore, type Store } from "../../server/store/database.ts";
 import type { Db } from "../../server/store/schema.ts";
+import { createTestStore, type TestStore } from "./test-database.ts";
 
 let dir: string;
+let testStore: TestStore;
 let store: Store;
 beforeAll(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-compiled-"));
-  store = await openStore({ dataDir: dir });
+  testStore = await createTestStore(dir);
+  store = await openStore(testStore.options);
   await store.db
     .insertInto("settings")
     .values(Array.from({ length: 20 }, (_, i) => ({ name: `n${i}`, value: i % 2 === 0 ? "even" : "odd" })))
@@ -20,6 +23,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await store.close();
+  await testStore.drop();
   fs.rmSync(dir, { recursive: true, force: true });
 });
 

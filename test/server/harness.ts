@@ -1,5 +1,6 @@
-// Starts the real server on port 0 over a fresh data directory with a small school, and hands
-// tests the keys and ids they need. Tests talk HTTP to it like any client.
+// Starts the real server on port 0 over a fresh data directory (and, when the run tests
+// PostgreSQL, a fresh database: test-database.ts) with a small school, and hands tests the keys
+// and ids they need. Tests talk HTTP to it like any client.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -7,6 +8,8 @@ import { pino } from "pino";
 import { startServer, type RunningServer, type ServerOptions } from "../../server/main.ts";
 import { createApiKey, type Mode } from "../../server/services/api-keys.ts";
 import { importSchool, type SchoolFile } from "../../server/services/school-import.ts";
+import type { StoreOptions } from "../../server/store/database.ts";
+import { createTestDatabase } from "./test-database.ts";
 
 export const TODAY = new Date().toISOString().slice(0, 10);
 
@@ -35,6 +38,8 @@ export function smallSchool(): SchoolFile {
 export interface Harness {
   url: string;
   dataDir: string;
+  /** what opens this server's store beside it (openStore) */
+  storeOptions: Pick<StoreOptions, "dataDir" | "databaseUrl">;
   server: RunningServer;
   keys: { read: string; write: string; sessions: string; liveWrite: string };
   sessions: { math1: string; math2: string; art: string };
@@ -47,9 +52,24 @@ async function key(server: RunningServer, mode: Mode, scopes: string[]) {
   return (await createApiKey(server.store.db, { mode, scopes, user: "Ms Rivera" })).secret;
 }
 
-export async function startHarness(options: Pick<ServerOptions, "webhooks" | "logger"> = {}): Promise<Harness> {
+export interface HarnessOptions extends Pick<ServerOptions, "webhooks" | "logger" | "postgres"> {
+  /** the URL the server reaches the test database by, e.g. through a proxy the test can cut */
+  routeDatabase?: (databaseUrl: string) => string;
+}
+
+export async function startHarness({ routeDatabase = (url) => url, ...options }: HarnessOptions = {}): Promise<Harness> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-test-"));
-  const server = await startServer({ dataDir, port: 0, host: "127.0.0.1", sync: "normal", logger: pino({ level: "silent" }), ...options });
+  const database = await createTestDatabase();
+  const storeOptions = { dataDir, databaseUrl: database?.url };
+  const server = await startServer({
+    ...storeOptions,
+    databaseUrl: database && routeDatabase(database.url),
+    port: 0,
+    host: "127.0.0.1",
+    sync: "normal",
+    logger: pino({ level: "silent" }),
+    ...options,
+  });
   await importSchool(server.store.db, smallSchool(), { mode: "test" });
   await importSchool(server.store.db, smallSchool(), { mode: "live" });
   const sessionRows = await server.store.db.selectFrom("sessions").select(["id", "course_code", "starts_at"]).where("livemode", "=", 0).orderBy("starts_at").execute();
@@ -63,6 +83,7 @@ export async function startHarness(options: Pick<ServerOptions, "webhooks" | "lo
   const harness: Harness = {
     url: server.url,
     dataDir,
+    storeOptions,
     server,
     keys,
     sessions: { math1: sessionRows[0]!.id, math2: sessionRows[1]!.id, art: sessionRows[2]!.id },
@@ -91,6 +112,7 @@ export async function startHarness(options: Pick<ServerOptions, "webhooks" | "lo
     },
     async close() {
       await server.close();
+      await database?.drop();
       fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };

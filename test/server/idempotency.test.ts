@@ -90,13 +90,14 @@ describe("Idempotency-Key on writes", () => {
 
   it("refuses with 422 a key that another process holds for a different request", async () => {
     const key = "held-elsewhere";
-    const other = await openStore({ dataDir: h.dataDir, sync: "normal" });
+    const other = await openStore({ ...h.storeOptions, sync: "normal" });
     try {
       await reserveIdempotencyKey(other.db, {
         livemode: 0,
         key,
         fingerprint: "fingerprint-of-the-other-request",
         now: new Date().toISOString(),
+        staleBefore: new Date(Date.now() - 60_000).toISOString(),
       });
       const records = await h.count("records");
       const res = await h.request("POST", "/v1/attendance", { body: body(h, "S4"), idempotencyKey: key });
@@ -111,13 +112,14 @@ describe("Idempotency-Key on writes", () => {
     const key = "in-flight-elsewhere";
     const request = { body: body(h, "S4"), idempotencyKey: key };
     // Reserve the key exactly as the other process would for this very request.
-    const other = await openStore({ dataDir: h.dataDir, sync: "normal" });
+    const other = await openStore({ ...h.storeOptions, sync: "normal" });
     try {
       await reserveIdempotencyKey(other.db, {
         livemode: 0,
         key,
         fingerprint: requestFingerprint("POST", "/v1/attendance", request.body),
         now: new Date().toISOString(),
+        staleBefore: new Date(Date.now() - 60_000).toISOString(),
       });
       const records = await h.count("records");
       const res = await h.request("POST", "/v1/attendance", request);

@@ -23,11 +23,12 @@ import {
   type ResponseLine,
 } from "../../firmware/index.ts";
 import { promoteRelease, PublishRefusal, publishRelease, WIFI_PASSWORD_ENV, type PublishInput } from "../../server/releases/publishing.ts";
-import { ReleaseStore, ReleaseStoreError } from "../../server/releases/release-store.ts";
+import { FileReleaseStore, ReleaseStoreError } from "../../server/releases/release-store.ts";
 import { createDevice, revokeDevice } from "../../server/services/devices.ts";
 import { importSchool } from "../../server/services/school-import.ts";
 import { openStore, type Store } from "../../server/store/database.ts";
 import { baseEnv, ROOT, run, tempDirs, type RunResult } from "./cli-process.ts";
+import { killPublishLoop } from "./publish-loop.ts";
 import { smallSchool, startHarness, type Harness } from "./harness.ts";
 
 const DEV_WIFI_PASSWORD = "lab-wifi-s3cret!";
@@ -121,11 +122,11 @@ function runPublishScript(args: string[], env: NodeJS.ProcessEnv): Promise<RunRe
 }
 
 /** A data directory with the small school (room R1) in test mode and an open store over it. */
-async function openDataDir(label: string): Promise<{ dataDir: string; store: Store; releases: ReleaseStore }> {
+async function openDataDir(label: string): Promise<{ dataDir: string; store: Store; releases: FileReleaseStore }> {
   const dataDir = tempDir(label);
   const store = await openStore({ dataDir, sync: "normal" });
   await importSchool(store.db, smallSchool(), { mode: "test" });
-  return { dataDir, store, releases: new ReleaseStore(dataDir) };
+  return { dataDir, store, releases: new FileReleaseStore(dataDir) };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -133,7 +134,7 @@ async function openDataDir(label: string): Promise<{ dataDir: string; store: Sto
 describe("publish refuses, naming the condition, and changes nothing", () => {
   let dataDir: string;
   let store: Store;
-  let releases: ReleaseStore;
+  let releases: FileReleaseStore;
   let src: string;
   let canaryRevoked: string;
   let published: ReleaseEntry;
@@ -378,7 +379,7 @@ describe("publish refuses, naming the condition, and changes nothing", () => {
       expect(refusal.message).not.toContain(DEV_WIFI_PASSWORD);
 
       expect(snapshot(dataDir)).toEqual(before);
-      expect(releases.read().releases).toEqual([published]);
+      expect((await releases.read()).releases).toEqual([published]);
     });
   }
 
@@ -403,7 +404,7 @@ function escapeRegExp(text: string): string {
 describe("a successful publish", () => {
   let dataDir: string;
   let store: Store;
-  let releases: ReleaseStore;
+  let releases: FileReleaseStore;
   let src: string;
   let first: ReleaseEntry;
   let firstBytes: Buffer;
@@ -634,13 +635,13 @@ import fs from "node:fs";
 import path from "node:path";
 const { openStore } = await import(${JSON.stringify(urls.database)});
 const { publishRelease, promoteRelease } = await import(${JSON.stringify(urls.publishing)});
-const { ReleaseStore } = await import(${JSON.stringify(urls.releaseStore)});
+const { FileReleaseStore } = await import(${JSON.stringify(urls.releaseStore)});
 const { buildAppImage } = await import(${JSON.stringify(urls.firmware)});
 const [dataDir, srcDir, canary, password] = process.argv.slice(2);
 const store = await openStore({ dataDir, sync: "normal" });
-const releases = new ReleaseStore(dataDir);
+const releases = new FileReleaseStore(dataDir);
 for (;;) {
-  const last = releases.read().releases.at(-1);
+  const last = (await releases.read()).releases.at(-1);
   const patch = last ? Number(last.version.split(".")[2]) + 1 : 0;
   const version = "2.0." + patch;
   const file = path.join(srcDir, version + ".bin");
@@ -678,40 +679,13 @@ for (;;) {
       for (let kill = 0; kill < KILLS; kill++) {
         // A killed publish leaves its lock behind; the operator removes it, as its message says.
         fs.rmSync(lockFile, { force: true });
-        const child = spawn(process.execPath, ["--import", "tsx", script, dataDir, src, device.id, DEV_WIFI_PASSWORD], {
-          cwd: ROOT,
-          env: baseEnv(),
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-        let stdout = "";
-        let stderr = "";
-        child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-        const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on("close", (_code, signal) => resolve(signal)));
-        await new Promise<void>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`the publish loop did not publish\nstderr: ${stderr}`)), 10_000);
-          child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
-            stdout += chunk;
-            if (stdout.includes("published ")) {
-              clearTimeout(timer);
-              resolve();
-            }
-          });
-          void exited.then(() => {
-            clearTimeout(timer);
-            reject(new Error(`the publish loop exited\nstderr: ${stderr}`));
-          });
-        });
-        await new Promise((resolve) => setTimeout(resolve, Math.random() * 150));
-        child.kill("SIGKILL");
-        expect(await exited, stderr).toBe("SIGKILL");
-        for (const line of stdout.split("\n")) {
-          if (line.startsWith("published ")) published.add(line.slice("published ".length));
-          if (line.startsWith("promoted ")) promoted.add(line.slice("promoted ".length));
-        }
+        const killed = await killPublishLoop(["--import", "tsx", script, dataDir, src, device.id, DEV_WIFI_PASSWORD], { startTimeoutMs: 10_000, maxDelayMs: 150 });
+        for (const version of killed.published) published.add(version);
+        for (const version of killed.promoted) promoted.add(version);
 
         // The manifest is whole and valid, and names only images that are there, intact.
         const manifest = readManifestFile(dataDir);
-        expect(releases.read()).toEqual(manifest);
+        expect(await releases.read()).toEqual(manifest);
         for (const entry of manifest.releases) {
           const bytes = fs.readFileSync(path.join(imagesDir(dataDir), entry.file));
           expect(bytes.length, entry.version).toBe(entry.size);
@@ -839,7 +813,7 @@ describe("badgebench publish and scripts/publish.ts", () => {
 
 describe("canary, then fleet", () => {
   let h: Harness;
-  let releases: ReleaseStore;
+  let releases: FileReleaseStore;
   let src: string;
   let passwordFile: string;
   let canary: { id: string; token: string };
@@ -849,7 +823,7 @@ describe("canary, then fleet", () => {
 
   beforeAll(async () => {
     h = await startHarness();
-    releases = new ReleaseStore(h.dataDir);
+    releases = new FileReleaseStore(h.dataDir);
     src = tempDir("canary-src");
     passwordFile = path.join(src, "wifi-password.txt");
     fs.writeFileSync(passwordFile, `${DEV_WIFI_PASSWORD}\n`);

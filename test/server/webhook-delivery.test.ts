@@ -108,6 +108,8 @@ describe("delivery", () => {
       const stored = await h.request("GET", `/v1/events/${d.event.id}`, { key });
       expect(JSON.parse(d.raw.toString())).toEqual(stored.body);
     }
+    // The worker records an attempt in its tick after the answer arrived.
+    await expect.poll(async () => (await attempts(a.id)).length).toBe(2);
     const log = await attempts(a.id);
     expect(log).toHaveLength(2);
     expect(log[0]).toMatchObject({ object: "webhook_attempt", kind: "delivery", status_code: 200, outcome: "succeeded", next_attempt_at: null, error: null });

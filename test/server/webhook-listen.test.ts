@@ -37,10 +37,10 @@ describe("verifySignature", () => {
     expect(reason(() => verifySignature(body.replace("present", "absent"), header, [SECRET]))).toBe("signature_mismatch");
     expect(reason(() => verifySignature(JSON.stringify(JSON.parse(body), null, 1), header, [SECRET]))).toBe("signature_mismatch");
     expect(reason(() => verifySignature(body, header, [OTHER]))).toBe("signature_mismatch");
-    expect(reason(() => verifySignature(body, specSign(body, SECRET, now - 301), [SECRET]))).toBe("timestamp_outside_tolerance");
-    expect(reason(() => verifySignature(body, specSign(body, SECRET, now + 301), [SECRET]))).toBe("timestamp_outside_tolerance");
-    expect(reason(() => verifySignature(body, specSign(body, SECRET, now - 300), [SECRET]))).toBe("accepted");
-    expect(reason(() => verifySignature(body, specSign(body, SECRET, now - 30), [SECRET], { toleranceSeconds: 10 }))).toBe("timestamp_outside_tolerance");
+    expect(reason(() => verifySignature(body, specSign(body, SECRET, now - 301), [SECRET], { now }))).toBe("timestamp_outside_tolerance");
+    expect(reason(() => verifySignature(body, specSign(body, SECRET, now + 301), [SECRET], { now }))).toBe("timestamp_outside_tolerance");
+    expect(reason(() => verifySignature(body, specSign(body, SECRET, now - 300), [SECRET], { now }))).toBe("accepted");
+    expect(reason(() => verifySignature(body, specSign(body, SECRET, now - 30), [SECRET], { toleranceSeconds: 10, now }))).toBe("timestamp_outside_tolerance");
     expect(reason(() => verifySignature(body, undefined, [SECRET]))).toBe("header_missing");
     expect(reason(() => verifySignature(body, `t=${now}`, [SECRET]))).toBe("header_malformed");
     expect(reason(() => verifySignature(body, header.replace(/^t=\d+,/, ""), [SECRET]))).toBe("header_malformed");

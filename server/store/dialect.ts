@@ -1,0 +1,42 @@
+// What differs between the two databases where code must say it: row locks, and which errors
+// mean the database cannot answer now. Everything else is the same Kysely query on both.
+import { PostgresAdapter, type SelectQueryBuilder } from "kysely";
+import type { Db } from "./schema.ts";
+
+export function isPostgres(db: Pick<Db, "getExecutor">): boolean {
+  return db.getExecutor().adapter instanceof PostgresAdapter;
+}
+
+/**
+ * `query` locking the rows it reads until the transaction ends (FOR UPDATE) on PostgreSQL, where
+ * transactions of this and other server processes run side by side. SQLite has no row locks and
+ * needs none: a write transaction (BEGIN IMMEDIATE) holds the database's one write lock from its
+ * start, so nothing changes the rows between its read and its write.
+ */
+export function forUpdate<DB, TB extends keyof DB, O>(db: Db, query: SelectQueryBuilder<DB, TB, O>): SelectQueryBuilder<DB, TB, O> {
+  return isPostgres(db) ? query.forUpdate() : query;
+}
+
+const UNAVAILABLE_NODE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"]);
+// SQLSTATEs that say the database, not the query, failed: class 08 (connection exception),
+// admin or crash shutdown, starting up, too many connections, a statement or lock timeout.
+const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "57014", "55P03"]);
+// What pg and pg-pool raise without a code.
+const UNAVAILABLE_MESSAGES = [
+  "Connection terminated",
+  "timeout exceeded when trying to connect",
+  "Client has encountered a connection error and is not queryable",
+  "Query read timeout",
+  "Connection ended",
+];
+
+/**
+ * Whether `error` says the database cannot answer now (gone, restarting, overloaded, too slow),
+ * as opposed to a mistake in a query: worth a 503 and a retry, never a 500.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  if (typeof error !== "object" || error === null) return false;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code === "string" && (UNAVAILABLE_NODE_CODES.has(code) || UNAVAILABLE_SQLSTATES.has(code) || code.startsWith("08"))) return true;
+  return typeof message === "string" && UNAVAILABLE_MESSAGES.some((known) => message.startsWith(known));
+}

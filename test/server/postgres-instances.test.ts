@@ -1,0 +1,318 @@
+// Three real `badgebench serve` processes on one PostgreSQL database, driven at once (postgres
+// project only, vitest.config.ts): what SQLite's single writer guaranteed must hold across
+// processes. One Idempotency-Key gives one result; one badge sync marks each tap once; concurrent
+// session moves and corrections leave legal histories; each webhook event goes out once; a
+// release published once is offered by every instance.
+import fs from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildAppImage, parseResponse } from "../../firmware/index.ts";
+import { WIFI_PASSWORD_ENV } from "../../server/releases/publishing.ts";
+import { createApiKey } from "../../server/services/api-keys.ts";
+import { createDevice } from "../../server/services/devices.ts";
+import { importSchool } from "../../server/services/school-import.ts";
+import { openStore, type Store } from "../../server/store/database.ts";
+import { baseEnv, killLeftoverServers, run, serve, tempDirs, type Server } from "./cli-process.ts";
+import { createPostgresDatabase, type TestDatabase } from "./test-database.ts";
+import { startReceiver, type Receiver } from "./webhook-receiver.ts";
+
+const INSTANCES = 3;
+const MINUTE = 60_000;
+const ENV = { BADGEBENCH_WEBHOOK_POLL_MS: "100", BADGEBENCH_SQLITE_SYNC: "normal" };
+const dirs = tempDirs("instances");
+
+let database: TestDatabase;
+let store: Store;
+let servers: Server[];
+let receiver: Receiver;
+let key: string;
+let badge: { id: string; token: string };
+const cards = Array.from({ length: 40 }, (_, i) => `04CAFE${String(i).padStart(4, "0")}`);
+const now = Date.now();
+const mathStartsAt = new Date(now - 30 * MINUTE);
+let mathSession: string;
+let scheduledSessions: string[];
+
+beforeAll(async () => {
+  database = await createPostgresDatabase();
+  store = await openStore({ dataDir: dirs("admin"), databaseUrl: database.url });
+  const students = cards.map((card_uid, i) => ({ external_id: `S${i + 1}`, name: `Student ${i + 1}`, card_uid }));
+  const later = (hours: number) => new Date(now + hours * 60 * MINUTE).toISOString();
+  await importSchool(
+    store.db,
+    {
+      rooms: [{ code: "R1", name: "Room 1" }],
+      students,
+      courses: [{ code: "MATH", name: "Mathematics" }],
+      enrollments: [{ course_code: "MATH", external_ids: students.map((s) => s.external_id) }],
+      sessions: [
+        { course_code: "MATH", room: "R1", starts_at: mathStartsAt.toISOString(), ends_at: new Date(now + 30 * MINUTE).toISOString(), status: "open" },
+        ...Array.from({ length: 8 }, (_, i) => ({ course_code: "MATH", room: "R1", starts_at: later(2 + i), ends_at: later(3 + i) })),
+      ],
+    },
+    { mode: "test" },
+  );
+  const sessions = await store.db.selectFrom("sessions").select(["id", "status"]).orderBy("starts_at").execute();
+  mathSession = sessions[0]!.id;
+  scheduledSessions = sessions.slice(1).map((s) => s.id);
+  key = (await createApiKey(store.db, { mode: "test", scopes: ["attendance:write", "sessions:write", "webhooks:write"] })).secret;
+  badge = await createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" });
+  receiver = await startReceiver();
+  servers = await Promise.all(Array.from({ length: INSTANCES }, (_, i) => serve(["--data", dirs(`instance-${i}`), "--database", database.url], { env: ENV })));
+}, 120_000);
+
+afterAll(async () => {
+  await killLeftoverServers();
+  await receiver?.close();
+  await store?.close();
+  await database?.drop();
+});
+
+let counter = 0;
+async function call(server: Server, method: string, path: string, options: { body?: unknown; idempotencyKey?: string } = {}) {
+  const response = await fetch(`${server.url}${path}`, {
+    method,
+    headers: {
+      authorization: `Bearer ${key}`,
+      "content-type": "application/json",
+      ...(method === "GET" ? {} : { "idempotency-key": options.idempotencyKey ?? `instances-${++counter}` }),
+    },
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    signal: AbortSignal.timeout(30_000),
+  });
+  return { status: response.status, replayed: response.headers.get("idempotent-replayed") === "true", body: (await response.json()) as any };
+}
+
+const onEvery = <T>(run: (server: Server) => Promise<T>) => Promise.all(servers.map(run));
+
+describe("one Idempotency-Key sent to every instance at once", () => {
+  it("creates one record: the others replay it or are told it is in flight", async () => {
+    for (let round = 0; round < 6; round++) {
+      const body = { session_id: mathSession, external_id: `S${round + 1}`, status: "present" };
+      const answers = await onEvery((server) => call(server, "POST", "/v1/attendance", { body, idempotencyKey: `create-once-${round}` }));
+      for (const answer of answers) {
+        if (answer.status === 409) expect(answer.body.error.code).toBe("idempotency_key_in_use");
+        else expect(answer.status).toBe(201);
+      }
+      const created = answers.filter((a) => a.status === 201);
+      expect(created.filter((a) => !a.replayed)).toHaveLength(1);
+      expect(new Set(created.map((a) => a.body.id)).size).toBe(1);
+      const records = await store.db
+        .selectFrom("records")
+        .innerJoin("students", "students.id", "records.student_id")
+        .select("records.id")
+        .where("records.session_id", "=", mathSession)
+        .where("students.external_id", "=", body.external_id)
+        .execute();
+      expect(records).toEqual([{ id: created[0]!.body.id }]);
+      // Once the first is done, a retry anywhere replays it.
+      const retry = await call(servers[round % INSTANCES]!, "POST", "/v1/attendance", { body, idempotencyKey: `create-once-${round}` });
+      expect(retry).toMatchObject({ status: 201, replayed: true, body: { id: created[0]!.body.id } });
+    }
+  }, 120_000);
+
+  it("applies a correction once", async () => {
+    const record = await call(servers[0]!, "POST", "/v1/attendance", { body: { session_id: mathSession, external_id: "S20", status: "present" } });
+    for (let round = 0; round < 6; round++) {
+      const status = round % 2 === 0 ? "late" : "present";
+      const answers = await onEvery((server) => call(server, "PATCH", `/v1/attendance/${record.body.id}`, { body: { status, reason: `round ${round}` }, idempotencyKey: `correct-once-${round}` }));
+      for (const answer of answers) {
+        if (answer.status === 409) expect(answer.body.error.code).toBe("idempotency_key_in_use");
+        else expect(answer).toMatchObject({ status: 200, body: { status } });
+      }
+      expect(answers.filter((a) => a.status === 200 && !a.replayed)).toHaveLength(1);
+    }
+    const history = await store.db.selectFrom("record_history").select("seq").where("record_id", "=", record.body.id).execute();
+    expect(history).toHaveLength(6);
+  }, 120_000);
+});
+
+describe("the same badge sync sent to every instance at once", () => {
+  it("marks each tap once and answers alike", async () => {
+    const unix = (date: Date) => Math.floor(date.getTime() / 1000);
+    for (let round = 0; round < 4; round++) {
+      const tappers = cards.slice(21 + round * 4, 25 + round * 4);
+      const body = ["v=1", "sv=1.4.0", "fw=Badge", "bat=3.91", "chg=0", ...tappers.map((card, i) => `tap=${round * 10 + i + 1}|${card}|${unix(new Date(mathStartsAt.getTime() + (round * 4 + i + 1) * 1000))}`)].join("\n") + "\n";
+      const answers = await onEvery(async (server) => {
+        const response = await fetch(`${server.url}/api/badge/sync`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${badge.token}`, "content-type": "text/plain" },
+          body,
+          signal: AbortSignal.timeout(30_000),
+        });
+        return { status: response.status, accepted: (await response.text()).split("\n").filter((line) => line.startsWith("A ")).sort() };
+      });
+      expect(answers.map((a) => a.status)).toEqual(servers.map(() => 200));
+      expect(new Set(answers.map((a) => JSON.stringify(a.accepted))).size).toBe(1);
+      expect(answers[0]!.accepted).toHaveLength(tappers.length);
+      const students = await store.db.selectFrom("students").select("id").where("card_uid", "in", tappers).execute();
+      const records = await store.db.selectFrom("records").select("student_id").where("session_id", "=", mathSession).where("student_id", "in", students.map((s) => s.id)).execute();
+      expect(records).toHaveLength(tappers.length);
+      const taps = await store.db.selectFrom("device_taps").select("id").where("card_uid", "in", tappers).execute();
+      expect(taps).toHaveLength(tappers.length);
+    }
+  }, 120_000);
+});
+
+describe("a release published once, on the shared database", () => {
+  it("is offered by every instance on its next check, byte for byte the same image", async () => {
+    const check = (server: Server) =>
+      fetch(`${server.url}/api/badge/ota/check`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${badge.token}`, "content-type": "text/plain" },
+        body: "v=1\nsv=1.4.0\nbat=4.1\n",
+        signal: AbortSignal.timeout(30_000),
+      }).then(async (response) => {
+        const answer = parseResponse(await response.text());
+        expect(answer.ok).toBe(true);
+        return { status: response.status, lines: new Map(answer.ok ? answer.lines.map((line) => [line.letter, line.value]) : []) };
+      });
+    // Every instance has read the (empty) manifest before the publish: none may keep it.
+    for (const { status, lines } of await onEvery(check)) {
+      expect(status).toBe(200);
+      expect(lines.has("U")).toBe(false);
+    }
+    const publisherDir = dirs("publisher");
+    const imageFile = path.join(publisherDir, "1.5.0.bin");
+    fs.writeFileSync(imageFile, buildAppImage({ version: "1.5.0", size: 64 * 1024 }));
+    const published = await run(["publish", imageFile, "1.5.0", "--data", publisherDir, "--database", database.url, "--json"], {
+      env: baseEnv({ [WIFI_PASSWORD_ENV]: "correct-horse-dev-wifi" }),
+    });
+    expect(published.code, published.stderr).toBe(0);
+    const offers = await onEvery(check);
+    for (const { status, lines } of offers) {
+      expect(status).toBe(200);
+      expect(lines.get("U")).toBe("1.5.0");
+    }
+    const images = await onEvery(async (server) => {
+      const response = await fetch(`${server.url}${offers[0]!.lines.get("P")}`, { headers: { authorization: `Bearer ${badge.token}` }, signal: AbortSignal.timeout(30_000) });
+      return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()) };
+    });
+    for (const image of images) {
+      expect(image.status).toBe(200);
+      expect(image.bytes.equals(fs.readFileSync(imageFile))).toBe(true);
+    }
+  }, 120_000);
+});
+
+describe("concurrent moves on different instances", () => {
+  it("a session opened on one instance and closed on another at once ends in a legal state", async () => {
+    for (const [i, session] of scheduledSessions.entries()) {
+      const opener = servers[i % INSTANCES]!;
+      const closer = servers[(i + 1) % INSTANCES]!;
+      const [open, close] = await Promise.all([call(opener, "POST", `/v1/sessions/${session}/open`), call(closer, "POST", `/v1/sessions/${session}/close`)]);
+      expect(open.status).toBe(200);
+      const final = await store.db.selectFrom("sessions").select("status").where("id", "=", session).executeTakeFirstOrThrow();
+      if (close.status === 200) {
+        expect(final.status).toBe("closed");
+      } else {
+        // scheduled -> closed is not a move: the close ran before the open committed.
+        expect(close).toMatchObject({ status: 409, body: { error: { code: "session_transition_invalid" } } });
+        expect(final.status).toBe("open");
+      }
+    }
+  }, 120_000);
+
+  it("corrections of one record on every instance at once leave a history where each entry starts where the last ended", async () => {
+    const record = await call(servers[0]!, "POST", "/v1/attendance", { body: { session_id: mathSession, external_id: "S21", status: "present" } });
+    for (let round = 0; round < 5; round++) {
+      const answers = await onEvery((server) => call(server, "PATCH", `/v1/attendance/${record.body.id}`, { body: { status: "late", reason: `round ${round} to late` } }));
+      // One moves it; the others find it late already.
+      expect(answers.filter((a) => a.status === 200)).toHaveLength(1);
+      for (const refused of answers.filter((a) => a.status !== 200)) expect(refused).toMatchObject({ status: 400, body: { error: { code: "status_unchanged" } } });
+      await call(servers[round % INSTANCES]!, "PATCH", `/v1/attendance/${record.body.id}`, { body: { status: "present", reason: "back" } });
+    }
+    const history = await store.db.selectFrom("record_history").select(["seq", "from_status", "to_status"]).where("record_id", "=", record.body.id).orderBy("seq").execute();
+    expect(history).toHaveLength(10);
+    history.forEach((entry, i) => {
+      expect(entry.seq).toBe(i + 1);
+      expect(entry.from_status).toBe(i === 0 ? "present" : history[i - 1]!.to_status);
+    });
+  }, 120_000);
+});
+
+describe("webhooks with every instance delivering", () => {
+  it("delivers each event exactly once", async () => {
+    const endpoint = await call(servers[0]!, "POST", "/v1/webhook_endpoints", { body: { url: receiver.url, enabled_events: ["attendance.recorded", "attendance.updated"] } });
+    expect(endpoint.status).toBe(201);
+    // Writes spread over the instances, so every instance's worker wakes and claims at once.
+    const records = await Promise.all(
+      cards.slice(6, 18).map((_, i) => call(servers[i % INSTANCES]!, "POST", "/v1/attendance", { body: { session_id: mathSession, external_id: `S${i + 7}`, status: "present" } })),
+    );
+    expect(records.map((r) => r.status)).toEqual(records.map(() => 201));
+    for (let round = 0; round < 4; round++) {
+      const status = round % 2 === 0 ? "late" : "present";
+      const corrections = await Promise.all(
+        records.map((record, i) => call(servers[(i + round) % INSTANCES]!, "PATCH", `/v1/attendance/${record.body.id}`, { body: { status, reason: `round ${round}` } })),
+      );
+      expect(corrections.map((c) => c.status)).toEqual(corrections.map(() => 200));
+    }
+    const { created_at: since } = await store.db.selectFrom("webhook_endpoints").select("created_at").where("id", "=", endpoint.body.id).executeTakeFirstOrThrow();
+    const committed = new Set((await store.db.selectFrom("events").select("id").where("created_at", ">=", since).execute()).map((e) => e.id));
+    expect(committed.size).toBe(records.length * 5);
+    await receiver.waitFor((deliveries) => [...committed].every((id) => deliveries.some((d) => d.event.id === id)), 30_000);
+    // Time for a duplicate to arrive, if any instance were to send one.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const delivered = receiver.deliveries.map((d) => d.event.id);
+    expect(delivered.length).toBe(new Set(delivered).size);
+    expect(new Set(delivered)).toEqual(committed);
+  }, 120_000);
+});
+
+describe("an instance killed mid-delivery", () => {
+  it("leaves its deliveries to another instance once their lease runs out", async () => {
+    // A database of its own: only the instance to be killed runs when the events are claimed.
+    const own = await createPostgresDatabase();
+    const ownStore = await openStore({ dataDir: dirs("killed-admin"), databaseUrl: own.url });
+    const hangingReceiver = await startReceiver();
+    try {
+      await importSchool(
+        ownStore.db,
+        {
+          rooms: [{ code: "R1", name: "Room 1" }],
+          students: [1, 2, 3].map((i) => ({ external_id: `S${i}`, name: `Student ${i}` })),
+          courses: [{ code: "MATH", name: "Mathematics" }],
+          enrollments: [{ course_code: "MATH", external_ids: ["S1", "S2", "S3"] }],
+          sessions: [{ course_code: "MATH", room: "R1", starts_at: mathStartsAt.toISOString(), ends_at: new Date(now + 30 * MINUTE).toISOString(), status: "open" }],
+        },
+        { mode: "test" },
+      );
+      const ownKey = (await createApiKey(ownStore.db, { mode: "test", scopes: ["attendance:write", "webhooks:write"] })).secret;
+      const session = (await ownStore.db.selectFrom("sessions").select("id").executeTakeFirstOrThrow()).id;
+      // The first attempt of each event hangs (the instance is killed during it); later ones succeed.
+      hangingReceiver.answer = (delivery) => (hangingReceiver.deliveries.filter((d) => d.event.id === delivery.event.id).length === 1 ? "hang" : { status: 200 });
+      // The attempt outlasts the moment of the kill even on a loaded machine.
+      const env = { ...ENV, BADGEBENCH_WEBHOOK_TIMEOUT_MS: "8000", BADGEBENCH_WEBHOOK_LEASE_MS: "10000" };
+      const args = (name: string) => ["--data", dirs(name), "--database", own.url];
+      const doomed = await serve(args("doomed"), { env });
+      const post = (path: string, body: unknown) =>
+        fetch(`${doomed.url}${path}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${ownKey}`, "content-type": "application/json", "idempotency-key": `kill-${++counter}` },
+          body: JSON.stringify(body),
+        });
+      expect((await post("/v1/webhook_endpoints", { url: hangingReceiver.url, enabled_events: ["*"] })).status).toBe(201);
+      for (const student of ["S1", "S2", "S3"]) {
+        expect((await post("/v1/attendance", { session_id: session, external_id: student, status: "present" })).status).toBe(201);
+      }
+      await hangingReceiver.waitFor((deliveries) => new Set(deliveries.map((d) => d.event.id)).size === 3, 15_000);
+      doomed.child.kill("SIGKILL");
+      expect((await doomed.exited).signal).toBe("SIGKILL");
+      const killedAt = Date.now();
+      const survivor = await serve(args("survivor"), { env });
+      // The survivor takes each delivery over when its lease ends and the second attempt succeeds.
+      await hangingReceiver.waitFor((deliveries) => deliveries.length >= 6, 30_000);
+      const retried = hangingReceiver.deliveries.slice(3);
+      expect(new Set(retried.map((d) => d.event.id))).toEqual(new Set(hangingReceiver.deliveries.slice(0, 3).map((d) => d.event.id)));
+      expect(Math.min(...retried.map((d) => d.at))).toBeGreaterThan(killedAt);
+      const states = await ownStore.db.selectFrom("webhook_deliveries").select("state").execute();
+      await expect.poll(async () => (await ownStore.db.selectFrom("webhook_deliveries").select("state").execute()).map((d) => d.state), { timeout: 10_000 }).toEqual(states.map(() => "succeeded"));
+      survivor.child.kill("SIGTERM");
+      await survivor.exited;
+    } finally {
+      await hangingReceiver.close();
+      await ownStore.close();
+      await own.drop();
+    }
+  }, 120_000);
+});

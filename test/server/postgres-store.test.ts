@@ -1,0 +1,120 @@
+// The server on PostgreSQL (run in the postgres project only, vitest.config.ts): instances that
+// start at once on one new database, and a configuration that cannot work ending the start with
+// one clear line and exit 1, never a hang.
+import net from "node:net";
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import { createApiKey } from "../../server/services/api-keys.ts";
+import { importSchool } from "../../server/services/school-import.ts";
+import { openStore } from "../../server/store/database.ts";
+import { baseEnv, killLeftoverServers, run, serve, tempDirs } from "./cli-process.ts";
+import { smallSchool } from "./harness.ts";
+import { createPostgresDatabase } from "./test-database.ts";
+
+const CLI_TIMEOUT = 60_000;
+const dirs = tempDirs("postgres");
+afterEach(killLeftoverServers);
+
+describe("several instances starting on one new database", () => {
+  it("all start, the schema is migrated once, and what one writes the others read", async () => {
+    const database = await createPostgresDatabase();
+    onTestFinished(() => database.drop());
+    const servers = await Promise.all([1, 2, 3].map(() => serve(["--data", dirs("data"), "--database", database.url])));
+    const store = await openStore({ dataDir: dirs("admin"), databaseUrl: database.url });
+    try {
+      const migrations = await store.db.selectFrom("kysely_migration" as never).select("name" as never).execute();
+      expect(migrations.length).toBeGreaterThan(0);
+      await importSchool(store.db, smallSchool(), { mode: "test" });
+      const key = (await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"] })).secret;
+      const session = await store.db.selectFrom("sessions").select("id").orderBy("starts_at").executeTakeFirstOrThrow();
+      const created = await fetch(`${servers[0]!.url}/v1/attendance`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key}`, "content-type": "application/json", "idempotency-key": "first" },
+        body: JSON.stringify({ session_id: session.id, external_id: "S1", status: "present" }),
+      });
+      expect(created.status).toBe(201);
+      const { id } = (await created.json()) as { id: string };
+      for (const server of servers.slice(1)) {
+        const read = await fetch(`${server.url}/v1/attendance/${id}`, { headers: { authorization: `Bearer ${key}` } });
+        expect(read.status).toBe(200);
+        expect(await read.json()).toMatchObject({ id, status: "present" });
+      }
+    } finally {
+      await store.close();
+    }
+  }, CLI_TIMEOUT);
+});
+
+describe("a database URL that cannot work", () => {
+  const start = async (database: string) => {
+    const startedAt = Date.now();
+    const result = await run(["serve", "--port", "0", "--data", dirs("data"), "--database", database], { timeoutMs: 45_000 });
+    return { ...result, seconds: (Date.now() - startedAt) / 1000 };
+  };
+  const oneLine = (stderr: string) => {
+    const lines = stderr.split("\n").filter((line) => line.length > 0);
+    expect(lines, stderr).toHaveLength(1);
+    return lines[0]!;
+  };
+
+  it("refuses a URL that is not postgres://, naming what it wants", async () => {
+    const result = await start("mysql://root@127.0.0.1/school");
+    expect(result.code).toBe(1);
+    expect(oneLine(result.stderr)).toBe("badgebench: the database URL must start with postgres:// (got mysql://...); leave it out to use SQLite in the data directory");
+    expect(result.stdout).toBe("");
+  }, CLI_TIMEOUT);
+
+  it("refuses a URL that names no database", async () => {
+    const result = await start("postgres://postgres@127.0.0.1:5432");
+    expect(result.code).toBe(1);
+    expect(oneLine(result.stderr)).toMatch(/names no database; add \/DATABASE$/);
+  }, CLI_TIMEOUT);
+
+  it("ends the start when nothing listens at the address, without showing the password", async () => {
+    const port = await freePort();
+    const result = await start(`postgres://badgebench:s3cret-password@127.0.0.1:${port}/school`);
+    expect(result.code).toBe(1);
+    const line = oneLine(result.stderr);
+    expect(line).toBe(`badgebench: cannot connect to PostgreSQL at postgres://badgebench:***@127.0.0.1:${port}/school: connect ECONNREFUSED 127.0.0.1:${port}`);
+    expect(result.stderr).not.toContain("s3cret-password");
+  }, CLI_TIMEOUT);
+
+  it("ends the start within the connect timeout when the address accepts but never answers", async () => {
+    const accepted = new Set<net.Socket>();
+    const silent = net.createServer((socket) => accepted.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => {
+      for (const socket of accepted) socket.destroy();
+      silent.close();
+    });
+    const { port } = silent.address() as net.AddressInfo;
+    const result = await start(`postgres://postgres@127.0.0.1:${port}/school`);
+    expect(result.code).toBe(1);
+    expect(oneLine(result.stderr)).toMatch(new RegExp(`^badgebench: cannot connect to PostgreSQL at postgres://postgres@127.0.0.1:${port}/school: .*timeout`, "i"));
+    // The 5 s connect timeout on top of what a start that fails at once takes, measured in the
+    // same test (the command's own start is slow on a loaded machine); never the run's limit.
+    const refused = await start(`postgres://postgres@127.0.0.1:${await freePort()}/school`);
+    expect(result.seconds).toBeLessThan(refused.seconds + 10);
+  }, CLI_TIMEOUT);
+
+  it("names a database that does not exist", async () => {
+    const result = await start("postgres://postgres@127.0.0.1:5432/badgebench_no_such_database");
+    expect(result.code).toBe(1);
+    expect(oneLine(result.stderr)).toMatch(/cannot connect to PostgreSQL at .*: database "badgebench_no_such_database" does not exist$/);
+  }, CLI_TIMEOUT);
+
+  it("takes the URL from DATABASE_URL when the flag is absent", async () => {
+    const result = await run(["serve", "--port", "0", "--data", dirs("data")], { env: baseEnv({ DATABASE_URL: "mysql://root@127.0.0.1/school" }), timeoutMs: 30_000 });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain("the database URL must start with postgres://");
+  }, CLI_TIMEOUT);
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as net.AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
