@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { compareVersions, parseVersion, type ResponseLine } from "../../firmware/index.ts";
 import { targetFor, type ReleaseStore } from "../releases/release-store.ts";
 import { recordCheck } from "../store/devices-store.ts";
-import type { WriteBatcher } from "../store/write-batcher.ts";
+import { lockKeys, type WriteBatcher } from "../store/write-batcher.ts";
 import { deviceOf, RECHECK_AFTER_S, refusalLine, sendLines } from "./badge-http.ts";
 import { MIN_INSTALL_VOLTS, parseBadgeRequest } from "./badge-request.ts";
 
@@ -50,7 +50,7 @@ export function otaCheck(writes: WriteBatcher, releases: ReleaseStore) {
       charging: status.charging ? (1 as const) : (0 as const),
     };
     const now = new Date().toISOString();
-    await writes.run((trx) => recordCheck(trx, device.id, report, now, offered));
+    await writes.run((trx) => recordCheck(trx, device.id, report, now, offered), { lockKey: lockKeys.device(device.id) });
     sendLines(res, 200, recheck, lines);
   };
 }

@@ -23,7 +23,7 @@ import { recordSync } from "../store/devices-store.ts";
 import { findTaps, insertTaps, sessionsInRoom } from "../store/taps-store.ts";
 import { insertReport, latestFetch, latestReport } from "../store/ota-store.ts";
 import type { Database, DeviceTapsTable } from "../store/schema.ts";
-import type { WriteBatcher } from "../store/write-batcher.ts";
+import { lockKeys, type WriteBatcher } from "../store/write-batcher.ts";
 import { BadgeError, deviceOf, RECHECK_AFTER_S, sendLines } from "./badge-http.ts";
 import { parseBadgeRequest } from "./badge-request.ts";
 
@@ -264,7 +264,7 @@ export function badgeSync(writes: WriteBatcher) {
         const verdict = verdicts[i]!;
         return verdict.result === "accepted" ? { letter: "A", value: tap.n } : { letter: "R", value: `${tap.n} ${verdict.reason}` };
       });
-    });
+    }, { lockKey: lockKeys.device(device.id) });
     sendLines(res, 200, RECHECK_AFTER_S.sync, [
       { letter: "T", value: String(Math.floor(now.getTime() / 1000)) },
       ...(report ? [{ letter: "O", value: report.raw }] : []),

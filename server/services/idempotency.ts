@@ -9,7 +9,7 @@ import type { Transaction } from "kysely";
 import { ApiError } from "../errors.ts";
 import type { Database, Livemode } from "../store/schema.ts";
 import * as store from "../store/idempotency-store.ts";
-import { inSavepoint, type WriteBatcher } from "../store/write-batcher.ts";
+import { inSavepoint, lockKeys, type WriteBatcher } from "../store/write-batcher.ts";
 
 export interface StoredResponse {
   status: number;
@@ -106,6 +106,7 @@ export class IdempotencyGate {
   // power cut had been acknowledged to nobody.
   async #execute(livemode: Livemode, key: string, fingerprint: string, operation: Operation): Promise<IdempotentResult> {
     const now = new Date();
+    const lockKey = lockKeys.idempotencyKey(livemode, key);
     const existing = await this.#writes.run(async (trx) => {
       const row = await store.findIdempotencyKey(trx, livemode, key);
       const staleBefore = new Date(now.getTime() - STALE_RESERVATION_MS).toISOString();
@@ -117,7 +118,7 @@ export class IdempotencyGate {
       const winner = await store.findIdempotencyKey(trx, livemode, key);
       if (!winner) throw inUse(key);
       return winner;
-    }, { durable: false });
+    }, { durable: false, lockKey });
     if (existing) {
       if (existing.fingerprint !== fingerprint) throw reused(key);
       if (existing.state === "in_flight") throw inUse(key);
@@ -130,11 +131,11 @@ export class IdempotencyGate {
         const result = await respond(trx, operation);
         await store.completeIdempotencyKey(trx, livemode, key, result);
         return result;
-      });
+      }, { lockKey });
       return { ...response, replayed: false };
     } catch (error) {
       // An unexpected failure wrote nothing; free the key so the client's retry can run.
-      await this.#writes.run((trx) => store.releaseIdempotencyKey(trx, livemode, key));
+      await this.#writes.run((trx) => store.releaseIdempotencyKey(trx, livemode, key), { lockKey });
       throw error;
     }
   }

@@ -19,8 +19,12 @@ export function forUpdate<DB, TB extends keyof DB, O>(db: Db, query: SelectQuery
 
 const UNAVAILABLE_NODE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"]);
 // SQLSTATEs that say the database, not the query, failed: class 08 (connection exception),
-// admin or crash shutdown, starting up, too many connections, a statement or lock timeout.
-const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "57014", "55P03"]);
+// admin or crash shutdown, starting up, too many connections, a statement or lock timeout, and a
+// transaction that lost to another's locks more often than the write batcher retries it.
+const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "57014", "55P03", "40P01", "40001"]);
+// Deadlock detected, serialization failure: the statement was chosen to end a conflict with
+// another transaction (of this process or another instance); run again, it normally succeeds.
+const LOCK_CONFLICT_SQLSTATES = new Set(["40P01", "40001"]);
 // What pg and pg-pool raise without a code.
 const UNAVAILABLE_MESSAGES = [
   "Connection terminated",
@@ -39,4 +43,11 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   const { code, message } = error as { code?: unknown; message?: unknown };
   if (typeof code === "string" && (UNAVAILABLE_NODE_CODES.has(code) || UNAVAILABLE_SQLSTATES.has(code) || code.startsWith("08"))) return true;
   return typeof message === "string" && UNAVAILABLE_MESSAGES.some((known) => message.startsWith(known));
+}
+
+/** Whether `error` is PostgreSQL ending a statement to break a lock conflict: worth running again. */
+export function isLockConflict(error: unknown): boolean {
+  if (typeof error !== "object" || error === null) return false;
+  const { code } = error as { code?: unknown };
+  return typeof code === "string" && LOCK_CONFLICT_SQLSTATES.has(code);
 }

@@ -5,6 +5,7 @@
 // request is answered only after its own write committed and the log holding it is on disk, so
 // nothing acknowledged can be lost.
 import { CompiledQuery, type Kysely, type Transaction } from "kysely";
+import { isLockConflict } from "./dialect.ts";
 import type { Database } from "./schema.ts";
 
 type Work<T> = (trx: Transaction<Database>) => Promise<T>;
@@ -17,9 +18,25 @@ type Work<T> = (trx: Transaction<Database>) => Promise<T>;
  */
 export const MAX_GROUP_WAIT_MS = 5;
 
+/**
+ * How many times a write that lost a lock conflict runs again before its request hears of it (as
+ * a 503). On PostgreSQL, two instances' groups can take the same rows in different orders (the
+ * same badges checking in on both); PostgreSQL then ends one statement with `deadlock detected`.
+ */
+export const LOCK_CONFLICT_RETRIES = 5;
+
+/** Lock keys for `run`, one per kind of row a write locks first. */
+export const lockKeys = {
+  device: (deviceId: string) => `device:${deviceId}`,
+  idempotencyKey: (livemode: number, key: string) => `idempotency:${livemode}:${key}`,
+};
+
 interface Pending {
   work: Work<unknown>;
   durable: boolean;
+  lockKey: string | undefined;
+  /** times it ran and lost a lock conflict */
+  conflicts: number;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -46,11 +63,12 @@ export class WriteBatcher {
    * and the promise rejects with that error once the group has committed. `{ durable: false }`
    * resolves at the commit itself, for a write nobody is told about (an Idempotency-Key
    * reservation: other processes see it from the commit on, and losing it in a power cut loses
-   * no acknowledged write).
+   * no acknowledged write). `lockKey` names the row `work` locks first (a device, an
+   * Idempotency-Key); see `byLockKey`.
    */
-  run<T>(work: Work<T>, { durable = true }: { durable?: boolean } = {}): Promise<T> {
+  run<T>(work: Work<T>, { durable = true, lockKey }: { durable?: boolean; lockKey?: string } = {}): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.#pending.push({ work, durable, resolve: resolve as (value: unknown) => void, reject });
+      this.#pending.push({ work, durable, lockKey, conflicts: 0, resolve: resolve as (value: unknown) => void, reject });
       if (this.#state === "idle") {
         this.#state = "open";
         this.#openedAt = performance.now();
@@ -72,7 +90,7 @@ export class WriteBatcher {
   // while that sync is under way.
   async #flush(): Promise<void> {
     while (this.#pending.length > 0) {
-      const batch = this.#pending.splice(0);
+      const batch = this.#pending.splice(0).sort(byLockKey);
       let outcomes: Outcome[];
       try {
         outcomes = await this.#db.transaction().execute(async (trx) => {
@@ -89,6 +107,13 @@ export class WriteBatcher {
       const synced = batch.some((item, i) => item.durable && "value" in outcomes[i]!) ? this.#synced() : undefined;
       batch.forEach((item, i) => {
         const outcome = outcomes[i]!;
+        if ("error" in outcome && isLockConflict(outcome.error) && item.conflicts < LOCK_CONFLICT_RETRIES) {
+          // Its savepoint is rolled back and its locks released; it runs again in the next
+          // group, a new transaction, once the transaction it lost to has gone on.
+          item.conflicts += 1;
+          this.#pending.push(item);
+          return;
+        }
         // A failed write wrote nothing, so it waits for no sync.
         if ("error" in outcome) item.reject(outcome.error);
         else if (!item.durable) item.resolve(outcome.value);
@@ -102,6 +127,20 @@ export class WriteBatcher {
   synced(): Promise<void> {
     return this.#synced();
   }
+}
+
+/**
+ * The order a group's writes run in: those without a lock key first, in arrival order, then by
+ * lock key. Every server process orders its groups alike, so two instances' transactions take the
+ * rows that requests lock first (the same badges checking in on both) in the same order and do
+ * not deadlock on them; a conflict over rows taken later is retried (LOCK_CONFLICT_RETRIES). The
+ * sort is stable: one key's writes keep their arrival order.
+ */
+function byLockKey(a: Pending, b: Pending): number {
+  if (a.lockKey === b.lockKey) return 0;
+  if (a.lockKey === undefined) return -1;
+  if (b.lockKey === undefined) return 1;
+  return a.lockKey < b.lockKey ? -1 : 1;
 }
 
 const SAVEPOINT = {

@@ -154,6 +154,39 @@ describe("the same badge sync sent to every instance at once", () => {
   }, 120_000);
 });
 
+describe("the same badges checking in on every instance at once", () => {
+  it("answers every check and keeps each badge's last report, though the instances take the rows in different orders", async () => {
+    // Each instance's write batcher runs the checks it has read together in one transaction, so
+    // here they update the same devices rows in opposite orders: PostgreSQL ends some of those
+    // transactions' statements with `deadlock detected`, which the batcher must run again.
+    const fleet = await Promise.all(Array.from({ length: 24 }, () => createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" })));
+    const orderOf = (instance: number) => {
+      const rotated = [...fleet.slice(instance * 8), ...fleet.slice(0, instance * 8)];
+      return instance % 2 === 0 ? rotated : rotated.reverse();
+    };
+    for (let round = 0; round < 5; round++) {
+      const battery = (3.5 + round / 10).toFixed(2);
+      const statuses = await Promise.all(
+        servers.flatMap((server, instance) =>
+          orderOf(instance).map(async (device) => {
+            const response = await fetch(`${server.url}/api/badge/ota/check`, {
+              method: "POST",
+              headers: { authorization: `Bearer ${device.token}`, "content-type": "text/plain" },
+              body: `v=1\nsv=1.4.0\nbat=${battery}\n`,
+              signal: AbortSignal.timeout(30_000),
+            });
+            const text = await response.text();
+            return response.status === 200 ? 200 : `${response.status} ${text}`;
+          }),
+        ),
+      );
+      expect(statuses.filter((status) => status !== 200)).toEqual([]);
+      const rows = await store.db.selectFrom("devices").select(["id", "battery_volts"]).where("id", "in", fleet.map((d) => d.id)).execute();
+      expect(rows.map((row) => row.battery_volts)).toEqual(fleet.map(() => Number(battery)));
+    }
+  }, 120_000);
+});
+
 describe("a release published once, on the shared database", () => {
   it("is offered by every instance on its next check, byte for byte the same image", async () => {
     const check = (server: Server) =>

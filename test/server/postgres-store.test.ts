@@ -1,11 +1,15 @@
 // The server on PostgreSQL (run in the postgres project only, vitest.config.ts): instances that
 // start at once on one new database, and a configuration that cannot work ending the start with
-// one clear line and exit 1, never a hang.
+// one clear line and exit 1, never a hang; two write batchers (as in two instances) whose groups
+// deadlock, with the write PostgreSQL ended run again.
 import net from "node:net";
+import type { Transaction } from "kysely";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { importSchool } from "../../server/services/school-import.ts";
 import { openStore } from "../../server/store/database.ts";
+import type { Database } from "../../server/store/schema.ts";
+import { WriteBatcher } from "../../server/store/write-batcher.ts";
 import { baseEnv, killLeftoverServers, run, serve, tempDirs } from "./cli-process.ts";
 import { smallSchool } from "./harness.ts";
 import { createPostgresDatabase } from "./test-database.ts";
@@ -118,3 +122,39 @@ function freePort(): Promise<number> {
     });
   });
 }
+
+describe("two write batchers on one database, as in two instances", () => {
+  it("runs again a write that PostgreSQL ended to break a deadlock between their groups, and every write commits once", async () => {
+    const database = await createPostgresDatabase();
+    onTestFinished(() => database.drop());
+    const stores = await Promise.all(["a", "b"].map((name) => openStore({ dataDir: dirs(name), databaseUrl: database.url })));
+    onTestFinished(() => Promise.all(stores.map((store) => store.close())));
+    const [a, b] = stores.map((store) => new WriteBatcher(store.db, store.logSynced));
+    await stores[0]!.db.insertInto("settings").values([{ name: "row-1", value: "" }, { name: "row-2", value: "" }]).execute();
+    const append = (trx: Transaction<Database>, name: string, mark: string) =>
+      trx.updateTable("settings").set((eb) => ({ value: eb(eb.ref("value"), "||", mark) })).where("name", "=", name).execute();
+    // Each group's first write takes one row and waits until the other group's first has taken
+    // the other row; each second write then waits for the row the other group holds.
+    let taken = 0;
+    let bothTaken!: () => void;
+    const barrier = new Promise<void>((resolve) => (bothTaken = resolve));
+    const takeFirst = (name: string, mark: string) => async (trx: Transaction<Database>) => {
+      await append(trx, name, mark);
+      if (++taken === 2) bothTaken();
+      await barrier;
+    };
+    const runs = { a2: 0, b2: 0 };
+    const writes = [
+      a!.run(takeFirst("row-1", "a1")),
+      a!.run((trx) => (runs.a2++, append(trx, "row-2", "a2"))),
+      b!.run(takeFirst("row-2", "b1")),
+      b!.run((trx) => (runs.b2++, append(trx, "row-1", "b2"))),
+    ];
+    expect((await Promise.allSettled(writes)).map((outcome) => outcome.status)).toEqual(["fulfilled", "fulfilled", "fulfilled", "fulfilled"]);
+    // PostgreSQL ended exactly one of the two second writes; that one ran twice.
+    expect(runs.a2 + runs.b2).toBe(3);
+    const rows = await stores[0]!.db.selectFrom("settings").select(["name", "value"]).where("name", "like", "row-%").orderBy("name").execute();
+    const marks = rows.map((row) => row.value.match(/[ab][12]/g)!.sort());
+    expect(marks).toEqual([["a1", "b2"], ["a2", "b1"]]);
+  }, 60_000);
+});
