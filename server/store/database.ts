@@ -18,6 +18,7 @@ import SQLite from "better-sqlite3";
 import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection } from "kysely";
 import pg from "pg";
 import { FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer } from "./checkpointer.ts";
+import { isDatabaseUnavailable } from "./dialect.ts";
 import { migrateToLatest } from "./migrations.ts";
 import type { Database } from "./schema.ts";
 
@@ -234,6 +235,16 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
     throw new StoreError(`cannot connect to PostgreSQL at ${shownUrl(url)}: ${(error as Error).message || String(error)}`, { cause: error });
   }
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  await migrated(db);
+  try {
+    await migrated(db);
+  } catch (error) {
+    const cause = error instanceof Error ? error.cause : undefined;
+    if (!isDatabaseUnavailable(error) && !isDatabaseUnavailable(cause)) throw error;
+    // The migrations run in one transaction: none of them is left half applied.
+    throw new StoreError(
+      `PostgreSQL at ${shownUrl(url)} stopped answering while the tables were migrated (${(cause as Error | undefined)?.message ?? (error as Error).message}); no migration was half applied, start again once it answers`,
+      { cause: error },
+    );
+  }
   return { kind: "postgres", db, logSynced: synced, close: () => db.destroy() };
 }

@@ -106,6 +106,38 @@ describe("a database URL that cannot work", () => {
     expect(oneLine(result.stderr)).toMatch(/cannot connect to PostgreSQL at .*: database "badgebench_no_such_database" does not exist$/);
   }, CLI_TIMEOUT);
 
+  it("ends the start in one line when the connection breaks while the tables are migrated", async () => {
+    // A proxy to the real server that passes the start's connection check and cuts the
+    // connection once the migrator speaks.
+    const database = await createPostgresDatabase();
+    onTestFinished(() => database.drop());
+    const target = new URL(database.url);
+    const sockets = new Set<net.Socket>();
+    const proxy = net.createServer((client) => {
+      const upstream = net.connect(Number(target.port || 5432), target.hostname);
+      sockets.add(client).add(upstream);
+      client.on("data", (chunk) => {
+        if (chunk.includes("kysely_migration")) {
+          client.destroy();
+          upstream.destroy();
+        } else upstream.write(chunk);
+      });
+      upstream.on("data", (chunk) => client.write(chunk));
+      client.on("error", () => upstream.destroy());
+      upstream.on("error", () => client.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    onTestFinished(() => {
+      for (const socket of sockets) socket.destroy();
+      proxy.close();
+    });
+    const proxied = new URL(database.url);
+    proxied.host = `127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+    const result = await start(proxied.toString());
+    expect(result.code).toBe(1);
+    expect(oneLine(result.stderr)).toMatch(/^badgebench: PostgreSQL at postgres:\/\/.* stopped answering while the tables were migrated \(.+\); no migration was half applied, start again once it answers$/);
+  }, CLI_TIMEOUT);
+
   it("takes the URL from DATABASE_URL when the flag is absent", async () => {
     const result = await run(["serve", "--port", "0", "--data", dirs("data")], { env: baseEnv({ DATABASE_URL: "mysql://root@127.0.0.1/school" }), timeoutMs: 30_000 });
     expect(result.code).toBe(1);
@@ -128,7 +160,7 @@ describe("two write batchers on one database, as in two instances", () => {
     const database = await createPostgresDatabase();
     onTestFinished(() => database.drop());
     const stores = await Promise.all(["a", "b"].map((name) => openStore({ dataDir: dirs(name), databaseUrl: database.url })));
-    onTestFinished(() => Promise.all(stores.map((store) => store.close())));
+    onTestFinished(async () => void (await Promise.all(stores.map((store) => store.close()))));
     const [a, b] = stores.map((store) => new WriteBatcher(store.db, store.logSynced));
     await stores[0]!.db.insertInto("settings").values([{ name: "row-1", value: "" }, { name: "row-2", value: "" }]).execute();
     const append = (trx: Transaction<Database>, name: string, mark: string) =>
