@@ -20,6 +20,7 @@ const STORE_SUITES = [
   "records",
   "releases-api",
   "sessions",
+  "webhook-busy",
   "webhook-delivery",
   "webhook-durability",
   "webhook-endpoints",

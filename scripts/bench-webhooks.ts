@@ -3,12 +3,14 @@
 //   1. create throughput (POST /v1/attendance under autocannon) with the 5 endpoints disabled
 //      (nothing delivered) and enabled and receiving, in 3 alternating rounds of the same run,
 //      medians (target: ratio above 0.9);
-//   2. N events (default 10,000) fanned out to the 5 endpoints: deliveries per second, the
-//      delay from commit to first attempt (target: median under 50 ms, p99 under 250 ms) and
-//      the server's memory.
+//   2. N events (default 10,000) fanned out to the 5 endpoints, created flat out by 10 clients,
+//      then created at --rate events per second (default 500): deliveries per second, the delay
+//      from commit to first attempt (target: median under 50 ms, p99 under 250 ms) and the
+//      server's memory. Flat out, requests keep the server busy and deliveries step back to
+//      their busy share (server/webhooks/server-load.ts): the delay is the backlog's age.
 // The delay is measured from the record's created_at, the timestamp the server takes inside
 // the write's transaction, to the receiver reading the request: it includes the commit itself.
-// Usage: npx tsx scripts/bench-webhooks.ts [--events N] [--rate R] [--sync full|normal] [--json] [--cpu-prof DIR]
+// Usage: npx tsx scripts/bench-webhooks.ts [--events N] [--rate 500] [--sync full|normal] [--json] [--cpu-prof DIR]
 // (--cpu-prof: the server writes a .cpuprofile into DIR when it stops)
 import http from "node:http";
 import type { AddressInfo } from "node:net";
@@ -44,6 +46,8 @@ const ENDPOINTS = 5;
 const LOAD: LoadSettings = { connections: 10, durationS: 8, warmupS: 1 };
 const ROUNDS = 3;
 const FAN_OUT_CONCURRENCY = 10;
+/** the paced fan-out's events per second: 2,500 deliveries a second, well below what the server delivers */
+const PACED_RATE = 500;
 const CLASS_SIZE = 300;
 const SESSIONS = 1000; // 300,000 (session, student) pairs: more than both loads and the fan-out use at group-committed create rates
 
@@ -94,11 +98,11 @@ async function startReceiver(): Promise<Receiver> {
 }
 
 async function main(): Promise<void> {
-  const { values } = parseArgs({ options: { events: { type: "string", default: "10000" }, rate: { type: "string" }, "cpu-prof": { type: "string" }, sync: { type: "string", default: "full" }, json: { type: "boolean", default: false } } });
+  const { values } = parseArgs({ options: { events: { type: "string", default: "10000" }, rate: { type: "string", default: String(PACED_RATE) }, "cpu-prof": { type: "string" }, sync: { type: "string", default: "full" }, json: { type: "boolean", default: false } } });
   const events = positiveInt("events", values.events);
-  // --rate paces the fan-out's creates (events per second) below what the server can take, so
+  // --rate paces the second fan-out's creates (events per second) below what the server can take, so
   // the delay shows the worker's own latency rather than a growing backlog.
-  const rate = values.rate === undefined ? undefined : positiveInt("rate", values.rate);
+  const rate = positiveInt("rate", values.rate);
   const sync: SyncMode = syncModeOf(values.sync);
   const started = performance.now();
 
@@ -141,6 +145,58 @@ async function main(): Promise<void> {
           if (res.status !== 200) throw new Error(`toggling an endpoint failed: ${res.status}`);
         }
       };
+      const fanOut = async (count: number, perSecond: number | undefined) => {
+        for (const r of receivers) {
+          r.delays.length = 0;
+          r.seen.clear();
+        }
+        log(`fan-out: ${count} events to ${ENDPOINTS} endpoints${perSecond ? ` at ${perSecond} per second` : " flat out"}`);
+        const memory = { before: procMemory(child.pid!)!, peakRss: 0 };
+        const sampler = setInterval(() => {
+          const m = procMemory(child.pid!);
+          if (m) memory.peakRss = Math.max(memory.peakRss, m.rss);
+        }, 100);
+        const agent = new http.Agent({ keepAlive: true, maxSockets: FAN_OUT_CONCURRENCY });
+        const started = Date.now();
+        let sent = 0;
+        await Promise.all(
+          Array.from({ length: FAN_OUT_CONCURRENCY }, async () => {
+            while (sent < count) {
+              const due = perSecond === undefined ? 0 : started + (sent * 1000) / perSecond - Date.now();
+              sent++;
+              if (due > 0) await new Promise((r) => setTimeout(r, due));
+              const { i, body } = pair();
+              const status = await post(`${url}/v1/attendance`, { ...headers, "idempotency-key": `fan-${i}` }, body, agent);
+              if (status !== 201) throw new Error(`create answered ${status}`);
+            }
+          }),
+        );
+        const createsDone = Date.now();
+        log(`created ${count} records in ${((createsDone - started) / 1000).toFixed(1)} s`);
+        await drain(receivers, count, 300_000);
+        clearInterval(sampler);
+        agent.destroy();
+        const lastArrival = Math.max(...receivers.map((r) => r.lastArrival));
+        const delays = receivers.flatMap((r) => r.delays);
+        const after = procMemory(child.pid!)!;
+        return {
+          events: count,
+          rate_per_second: perSecond ?? null,
+          endpoints: ENDPOINTS,
+          deliveries: delays.length,
+          creates_seconds: round((createsDone - started) / 1000, 2),
+          deliveries_per_second: round(delays.length / ((lastArrival - started) / 1000), 1),
+          delay_median_ms: percentile(delays, 50),
+          delay_p99_ms: percentile(delays, 99),
+          delay_max_ms: Math.max(...delays),
+          target_median_ms: TARGETS.delayMedianMs,
+          target_p99_ms: TARGETS.delayP99Ms,
+          server_rss_before_mib: round(memory.before.rss / MiB, 1),
+          server_rss_peak_mib: round(Math.max(memory.peakRss, after.rss) / MiB, 1),
+          server_rss_after_mib: round(after.rss / MiB, 1),
+        };
+      };
+
       // Rounds alternate (machine load drifts on a shared machine): without endpoints (all 5
       // disabled: no delivery at all) and with the 5 enabled and receiving; medians of the rounds.
       const withoutRounds: LoadResult[] = [];
@@ -148,11 +204,11 @@ async function main(): Promise<void> {
       for (let round = 0; round < ROUNDS; round++) {
         await setDisabled(true);
         log(`round ${round + 1}/${ROUNDS}: creates with the endpoints disabled`);
-        withoutRounds.push(await load(url, LOAD, [create]));
+        withoutRounds.push(await load(url, LOAD, [create], child.pid));
         await setDisabled(false);
         log(`round ${round + 1}/${ROUNDS}: creates with ${ENDPOINTS} endpoints receiving`);
         const firstEventOfLoad = nextPair;
-        withRounds.push(await load(url, LOAD, [create]));
+        withRounds.push(await load(url, LOAD, [create], child.pid));
         // Every create of this load, warm-up included, is an event to deliver before going on.
         await drain(receivers, nextPair - firstEventOfLoad, 300_000);
         for (const r of receivers) {
@@ -165,35 +221,11 @@ async function main(): Promise<void> {
       const failed = [without, withEndpoints].reduce((n, s) => n + s.non2xx + s.errors + s.timeouts, 0);
       if (failed > 0) throw new Error(`${failed} create requests failed during the rounds (non-2xx, errors or timeouts): the throughput figures would not count`);
 
-      log(`fan-out: ${events} events to ${ENDPOINTS} endpoints${rate ? ` at ${rate} per second` : ""}`);
-      const memory = { before: procMemory(child.pid!)!, peakRss: 0 };
-      const sampler = setInterval(() => {
-        const m = procMemory(child.pid!);
-        if (m) memory.peakRss = Math.max(memory.peakRss, m.rss);
-      }, 100);
-      const agent = new http.Agent({ keepAlive: true, maxSockets: FAN_OUT_CONCURRENCY });
-      const fanOutStarted = Date.now();
-      let sent = 0;
-      await Promise.all(
-        Array.from({ length: FAN_OUT_CONCURRENCY }, async () => {
-          while (sent < events) {
-            const due = rate === undefined ? 0 : fanOutStarted + (sent * 1000) / rate - Date.now();
-            sent++;
-            if (due > 0) await new Promise((r) => setTimeout(r, due));
-            const { i, body } = pair();
-            const status = await post(`${url}/v1/attendance`, { ...headers, "idempotency-key": `fan-${i}` }, body, agent);
-            if (status !== 201) throw new Error(`create answered ${status}`);
-          }
-        }),
-      );
-      const createsDone = Date.now();
-      log(`created ${events} records in ${((createsDone - fanOutStarted) / 1000).toFixed(1)} s`);
-      await drain(receivers, events, 300_000);
-      clearInterval(sampler);
-      agent.destroy();
-      const lastArrival = Math.max(...receivers.map((r) => r.lastArrival));
-      const delays = receivers.flatMap((r) => r.delays);
-      const after = procMemory(child.pid!)!;
+      // The fan-out twice: flat out (as fast as 10 clients can create: the delay is then the
+      // age of the backlog that builds while creates take the CPU), then paced at --rate, below
+      // what the server delivers, so the delay is the worker's own latency.
+      const flatOut = await fanOut(events, undefined);
+      const paced = await fanOut(events, rate);
       const report = {
         machine: { cpus: os.cpus().length, node: process.version, note: "shared with other jobs while measured" },
         command: commandLine("bench-webhooks.ts"),
@@ -208,22 +240,7 @@ async function main(): Promise<void> {
           ratio: round(withEndpoints.rps / without.rps, 3),
           target_ratio: TARGETS.createRatio,
         },
-        fan_out: {
-          events,
-          rate_per_second: rate ?? null,
-          endpoints: ENDPOINTS,
-          deliveries: delays.length,
-          creates_seconds: round((createsDone - fanOutStarted) / 1000, 2),
-          deliveries_per_second: round(delays.length / ((lastArrival - fanOutStarted) / 1000), 1),
-          delay_median_ms: percentile(delays, 50),
-          delay_p99_ms: percentile(delays, 99),
-          delay_max_ms: Math.max(...delays),
-          target_median_ms: TARGETS.delayMedianMs,
-          target_p99_ms: TARGETS.delayP99Ms,
-          server_rss_before_mib: round(memory.before.rss / MiB, 1),
-          server_rss_peak_mib: round(Math.max(memory.peakRss, after.rss) / MiB, 1),
-          server_rss_after_mib: round(after.rss / MiB, 1),
-        },
+        fan_out: { flat_out: flatOut, paced },
         total_seconds: round((performance.now() - started) / 1000, 1),
       };
       if (values.json) process.stdout.write(`${JSON.stringify(report)}\n`);
@@ -265,7 +282,6 @@ async function drain(receivers: Receiver[], count: number, timeoutMs: number) {
 function printReport(r: any): void {
   const ok = (pass: boolean) => (pass ? "ok" : "MISSED");
   const c = r.create;
-  const f = r.fan_out;
   const lines = [
     `badgebench webhook benchmark: ${r.machine.cpus} CPUs (${r.machine.note}), node ${r.machine.node}, --sync ${r.sync}, total ${r.total_seconds} s`,
     `  ${r.command}`,
@@ -273,12 +289,16 @@ function printReport(r: any): void {
     `1. create throughput  POST /v1/attendance, ${c.connections} connections, ${c.duration_s} s per round, ${c.rounds} alternating rounds, medians`,
     `   endpoints disabled    ${c.without_endpoints.rps} req/s  p50 ${c.without_endpoints.p50_ms} ms  p99 ${c.without_endpoints.p99_ms} ms  (rounds ${c.rounds_rps.without.join(", ")})`,
     `   ${ENDPOINTS} endpoints receiving ${c.with_endpoints.rps} req/s  p50 ${c.with_endpoints.p50_ms} ms  p99 ${c.with_endpoints.p99_ms} ms  (rounds ${c.rounds_rps.with.join(", ")})`,
+    `   server CPU per create: ${c.without_endpoints.server_cpu_us} us disabled, ${c.with_endpoints.server_cpu_us} us receiving (medians of the rounds, all its threads)`,
     `   ratio ${c.ratio} (target above ${c.target_ratio}) ${ok(c.ratio > c.target_ratio)}`,
     "",
-    `2. fan-out            ${f.events} events x ${f.endpoints} endpoints = ${f.deliveries} deliveries (creates ${f.rate_per_second ? `paced at ${f.rate_per_second}/s, ` : ""}took ${f.creates_seconds} s)`,
-    `   ${f.deliveries_per_second} deliveries/s`,
-    `   commit to first attempt: median ${f.delay_median_ms} ms (target < ${f.target_median_ms}) ${ok(f.delay_median_ms < f.target_median_ms)}, p99 ${f.delay_p99_ms} ms (target < ${f.target_p99_ms}) ${ok(f.delay_p99_ms < f.target_p99_ms)}, max ${f.delay_max_ms} ms`,
-    `   server RSS ${f.server_rss_before_mib} MiB before, ${f.server_rss_peak_mib} MiB peak, ${f.server_rss_after_mib} MiB after`,
+    ...[r.fan_out.flat_out, r.fan_out.paced].flatMap((f: any, i: number) => [
+      "",
+      `${i + 2}. fan-out ${f.rate_per_second ? `paced at ${f.rate_per_second} events/s` : "flat out"}: ${f.events} events x ${f.endpoints} endpoints = ${f.deliveries} deliveries (creates took ${f.creates_seconds} s)`,
+      `   ${f.deliveries_per_second} deliveries/s`,
+      `   commit to first attempt: median ${f.delay_median_ms} ms (target < ${f.target_median_ms}) ${ok(f.delay_median_ms < f.target_median_ms)}, p99 ${f.delay_p99_ms} ms (target < ${f.target_p99_ms}) ${ok(f.delay_p99_ms < f.target_p99_ms)}, max ${f.delay_max_ms} ms`,
+      `   server RSS ${f.server_rss_before_mib} MiB before, ${f.server_rss_peak_mib} MiB peak, ${f.server_rss_after_mib} MiB after`,
+    ]),
   ];
   process.stdout.write(`${lines.join("\n")}\n`);
 }

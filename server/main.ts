@@ -8,6 +8,7 @@ import { openReleaseStore } from "./releases/open-release-store.ts";
 import type { ReleaseStoreKind } from "./releases/release-store.ts";
 import { openStore, type Store, type StoreOptions, type SyncMode } from "./store/database.ts";
 import { DeliveryWorker } from "./webhooks/delivery-worker.ts";
+import { ServerLoad } from "./webhooks/server-load.ts";
 import { resolveWebhookConfig, type WebhookConfig } from "./webhooks/webhook-config.ts";
 import { WebhookSender } from "./webhooks/webhook-sender.ts";
 
@@ -75,7 +76,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ca: webhookConfig.ca,
     maxSocketsPerOrigin: webhookConfig.perEndpointConcurrency,
   });
-  const worker = new DeliveryWorker({ db: store.db, sender, config: webhookConfig, logger });
+  const load = new ServerLoad();
+  const worker = new DeliveryWorker({ db: store.db, sender, config: webhookConfig, logger, load });
   const webhooks = { sender, config: webhookConfig, wake: worker.wake };
   const { handler, gate } = await createApp({
     store,
@@ -86,7 +88,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   });
   await gate.purgeExpired();
 
-  const server = http.createServer(handler);
+  const server = http.createServer((req, res) => {
+    load.noteRequest();
+    handler(req, res);
+  });
   try {
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);

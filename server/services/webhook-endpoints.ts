@@ -114,6 +114,7 @@ export async function createEndpoint(trx: Transaction<Database>, livemode: Livem
     previous_secret_expires_at: null,
     last_success_at: null,
     created_at: now,
+    enabled_at: now,
     updated_at: now,
   };
   await store.insertEndpoint(trx, row);
@@ -134,14 +135,15 @@ export interface UpdateEndpointInput {
 }
 
 export async function updateEndpoint(trx: Transaction<Database>, livemode: Livemode, id: string, input: UpdateEndpointInput): Promise<StoredResponse> {
-  await getEndpoint(trx, livemode, id);
+  const endpoint = await getEndpoint(trx, livemode, id);
   const now = new Date().toISOString();
   const changes: Parameters<typeof store.updateEndpoint>[2] = { updated_at: now };
   if (input.url !== undefined) changes.url = input.url;
   if (input.enabled_events !== undefined) changes.enabled_events = JSON.stringify(input.enabled_events);
   if (input.description !== undefined) changes.description = input.description;
   if (input.disabled === true) Object.assign(changes, { status: "disabled", disabled_reason: "Disabled through the API." });
-  if (input.disabled === false) Object.assign(changes, { status: "enabled", disabled_reason: null });
+  // Re-enabled, it receives the events committed from now on, not those of while it was disabled.
+  if (input.disabled === false && endpoint.status === "disabled") Object.assign(changes, { status: "enabled", disabled_reason: null, enabled_at: now });
   await store.updateEndpoint(trx, id, changes);
   return { status: 200, body: endpointView((await store.findEndpoint(trx, livemode, id))!) };
 }

@@ -381,8 +381,18 @@ const migrations: Record<string, Migration> = {
       }
     },
   },
+  // When an endpoint was last enabled (at its creation, or a PATCH {"disabled": false} after a
+  // disable): it receives the events committed from then on. The fan-out may run well after an
+  // event's commit (while requests keep the server busy), so whether the endpoint was enabled
+  // when the event happened cannot be read off its status at fan-out time.
+  "0007_endpoint_enabled_at": {
+    async up(db: Kysely<any>) {
+      const t = columnTypes(db);
+      await db.schema.alterTable("webhook_endpoints").addColumn("enabled_at", t.text, (c) => c.notNull().defaultTo("")).execute();
+      await db.updateTable("webhook_endpoints").set({ enabled_at: sql.ref("created_at") }).execute();
+    },
+  },
 };
-
 
 export async function migrateToLatest(db: Kysely<any>): Promise<void> {
   const migrator = new Migrator({

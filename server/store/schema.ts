@@ -225,6 +225,8 @@ export interface WebhookEndpointsTable {
   previous_secret_expires_at: string | null;
   last_success_at: string | null;
   created_at: string;
+  /** when it was last enabled (created, or re-enabled): it receives the events committed from then on */
+  enabled_at: string;
   updated_at: string;
 }
 

@@ -86,7 +86,7 @@ export async function undispatchedEvents(db: Db, limit: number) {
 export async function enabledEndpoints(db: Db) {
   return db
     .selectFrom("webhook_endpoints")
-    .select(["id", "livemode", "enabled_events", "created_at"])
+    .select(["id", "livemode", "enabled_events", "enabled_at"])
     .where("status", "=", "enabled")
     .execute();
 }

@@ -4,7 +4,9 @@
 // (next_attempt_at moves to the end of the lease, so a worker killed mid-attempt leaves the
 // row to fall due again), and records each attempt and the next time in one transaction per
 // batch of finished attempts. Duplicates are possible (killed after the POST, before the
-// record); loss is not. Requests never wait for any of this: they only wake the worker.
+// record); loss is not. Requests never wait for any of this: they only wake the worker. While
+// requests keep the server busy (server-load.ts), the worker ticks at most every
+// BUSY_TICK_INTERVAL_MS and fans out and claims only its busy share (WebhookConfig busyRate).
 import { randomUUID } from "node:crypto";
 import type { Kysely, Transaction } from "kysely";
 import type { Logger } from "pino";
@@ -15,12 +17,17 @@ import { SIGNATURE_HEADER, signatureHeader } from "./signature.ts";
 import type { WebhookConfig } from "./webhook-config.ts";
 import type { AttemptResult, WebhookSender } from "./webhook-sender.ts";
 import type { AddressPolicy } from "./address-guard.ts";
+import type { LoadSignal } from "./server-load.ts";
 
 const FAN_OUT_BATCH = 500;
 /** Ticks are at least this far apart, so wakes in between fold into one transaction. */
 const MIN_TICK_INTERVAL_MS = 5;
+/** Ticks are at least this far apart while the server is busy. */
+export const BUSY_TICK_INTERVAL_MS = 100;
 
-type EnabledEndpoint = { id: string; livemode: Livemode; enabled_events: string[]; created_at: string };
+const NEVER_BUSY: LoadSignal = { busy: () => false };
+
+type EnabledEndpoint = { id: string; livemode: Livemode; enabled_events: string[]; enabled_at: string };
 
 export function matchesEvent(enabledEvents: readonly string[], type: string): boolean {
   return enabledEvents.includes("*") || enabledEvents.includes(type);
@@ -48,6 +55,7 @@ export class DeliveryWorker {
   readonly #sender: WebhookSender;
   readonly #config: WebhookConfig;
   readonly #logger: Logger;
+  readonly #load: LoadSignal;
   readonly #workerId = randomUUID();
   readonly #perEndpoint = new Map<string, number>();
   #inFlight = 0;
@@ -60,11 +68,13 @@ export class DeliveryWorker {
   #ticks = 0;
   #lastTickAt = 0;
 
-  constructor(deps: { db: Kysely<Database>; sender: WebhookSender; config: WebhookConfig; logger: Logger }) {
+  /** `load`: when the server's requests need the event loop (default: never, as for a worker alone) */
+  constructor(deps: { db: Kysely<Database>; sender: WebhookSender; config: WebhookConfig; logger: Logger; load?: LoadSignal }) {
     this.#db = deps.db;
     this.#sender = deps.sender;
     this.#config = deps.config;
     this.#logger = deps.logger;
+    this.#load = deps.load ?? NEVER_BUSY;
   }
 
   start(): void {
@@ -90,14 +100,20 @@ export class DeliveryWorker {
   async #pump(): Promise<void> {
     try {
       do {
-        const wait = this.#lastTickAt + MIN_TICK_INTERVAL_MS - Date.now();
-        if (wait > 0 && !this.#stopping) await new Promise((resolve) => setTimeout(resolve, wait));
+        let busy = this.#load.busy();
+        const wait = this.#lastTickAt + (busy ? BUSY_TICK_INTERVAL_MS : MIN_TICK_INTERVAL_MS) - Date.now();
+        if (wait > 0 && !this.#stopping) {
+          await new Promise((resolve) => setTimeout(resolve, wait));
+          busy = this.#load.busy();
+        }
         this.#pumpAgain = false;
         const finished = this.#finished;
         this.#finished = [];
-        const { fannedOut, claimed } = await this.#tick(finished);
+        // The busy share: busyRate deliveries a second, in ticks BUSY_TICK_INTERVAL_MS apart.
+        const limit = busy ? Math.max(1, Math.round((this.#config.busyRate * BUSY_TICK_INTERVAL_MS) / 1000)) : Infinity;
+        const { fannedOut, claimed } = await this.#tick(finished, limit);
         for (const { delivery, token } of claimed) void this.#attempt(delivery, token);
-        if (fannedOut === FAN_OUT_BATCH) this.#pumpAgain = true;
+        if (fannedOut === Math.min(FAN_OUT_BATCH, limit)) this.#pumpAgain = true;
       } while (this.#pumpAgain && !this.#stopping);
       if (this.#stopping && this.#finished.length > 0) await this.#tick(this.#finished.splice(0));
       if (this.#inFlight === 0) this.#idle?.();
@@ -108,7 +124,8 @@ export class DeliveryWorker {
     }
   }
 
-  async #tick(finished: Finished[]) {
+  /** `limit`: the most events to fan out and deliveries to claim in this tick */
+  async #tick(finished: Finished[], limit = Infinity) {
     this.#ticks++;
     this.#lastTickAt = Date.now();
     // The slots of finished attempts are free whatever happens to this transaction: if it
@@ -128,8 +145,8 @@ export class DeliveryWorker {
       if (finished.length > 0) await this.#record(trx, finished, now);
       if (!claiming) return { fannedOut: 0, claimed: [] };
       const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
-      const fannedOut = await this.#fanOut(trx, now, endpoints);
-      return { fannedOut, claimed: await this.#claim(trx, now, endpoints) };
+      const fannedOut = await this.#fanOut(trx, now, endpoints, Math.min(FAN_OUT_BATCH, limit));
+      return { fannedOut, claimed: await this.#claim(trx, now, endpoints, limit) };
     });
     for (const { delivery } of result.claimed) {
       this.#inFlight++;
@@ -138,15 +155,15 @@ export class DeliveryWorker {
     return result;
   }
 
-  async #fanOut(trx: Transaction<Database>, now: Date, endpoints: EnabledEndpoint[]): Promise<number> {
-    const events = await store.undispatchedEvents(trx, FAN_OUT_BATCH);
+  async #fanOut(trx: Transaction<Database>, now: Date, endpoints: EnabledEndpoint[], batch: number): Promise<number> {
+    const events = await store.undispatchedEvents(trx, batch);
     if (events.length === 0) return 0;
     const at = now.toISOString();
     const rows = [];
     for (const event of events) {
       for (const endpoint of endpoints) {
-        // An endpoint receives the events committed after it was created, in its own mode only.
-        if (endpoint.livemode !== event.livemode || endpoint.created_at > event.created_at) continue;
+        // An endpoint receives the events committed while it was enabled, in its own mode only.
+        if (endpoint.livemode !== event.livemode || endpoint.enabled_at > event.created_at) continue;
         if (!matchesEvent(endpoint.enabled_events, event.type)) continue;
         rows.push({ endpoint_id: endpoint.id, event_id: event.id, state: "pending" as const, attempts: 0, next_attempt_at: at, lease_token: null, created_at: at, updated_at: at });
       }
@@ -158,14 +175,14 @@ export class DeliveryWorker {
 
   // Endpoint by endpoint, each up to its free slots, through an index on (endpoint, due time):
   // a backlog behind a busy endpoint is never scanned while that endpoint has no slot free.
-  async #claim(trx: Transaction<Database>, now: Date, endpoints: { id: string }[]) {
+  async #claim(trx: Transaction<Database>, now: Date, endpoints: { id: string }[], limit: number) {
     const taken: { delivery: store.DueDelivery; token: string }[] = [];
     const token = `${this.#workerId}:${randomUUID()}`;
     const at = now.toISOString();
     // Start at a different endpoint each tick, so none is always served last.
     const start = endpoints.length === 0 ? 0 : this.#ticks % endpoints.length;
     for (let i = 0; i < endpoints.length; i++) {
-      const capacity = this.#config.concurrency - this.#inFlight - taken.length;
+      const capacity = Math.min(this.#config.concurrency - this.#inFlight, limit) - taken.length;
       if (capacity <= 0) break;
       const endpoint = endpoints[(start + i) % endpoints.length]!;
       const free = Math.min(capacity, this.#config.perEndpointConcurrency - (this.#perEndpoint.get(endpoint.id) ?? 0));

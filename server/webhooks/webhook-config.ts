@@ -27,6 +27,11 @@ export interface WebhookConfig {
   concurrency: number;
   /** attempts in flight at once to one endpoint, so one slow receiver cannot take every slot */
   perEndpointConcurrency: number;
+  /**
+   * Deliveries per second while requests keep the server busy (server-load.ts): the share that
+   * keeps a backlog moving without slowing the requests; at full speed again once the load eases.
+   */
+  busyRate: number;
   /** how endpoint host names are resolved (injectable so tests can make a name point anywhere) */
   resolve: Resolver;
   /**
@@ -47,6 +52,7 @@ export const DEFAULT_WEBHOOK_CONFIG: WebhookConfig = {
   pollMs: 500,
   concurrency: 64,
   perEndpointConcurrency: 8,
+  busyRate: 200,
   resolve: systemResolver,
   allowLoopbackForLive: false,
 };
@@ -63,7 +69,7 @@ export function resolveWebhookConfig(overrides: Partial<WebhookConfig> = {}): We
       throw new WebhookConfigError(`webhook option ${name} must be a positive number (got ${String(value)})`);
     }
   };
-  for (const name of ["timeoutMs", "leaseMs", "secretGraceMs", "pollMs", "concurrency", "perEndpointConcurrency"] as const) positive(name);
+  for (const name of ["timeoutMs", "leaseMs", "secretGraceMs", "pollMs", "concurrency", "perEndpointConcurrency", "busyRate"] as const) positive(name);
   if (config.retryScheduleMs.some((d) => !Number.isFinite(d) || d < 0)) {
     throw new WebhookConfigError(`webhook option retryScheduleMs must list delays of 0 ms or more (got ${config.retryScheduleMs.join(",")})`);
   }
@@ -75,22 +81,23 @@ export function resolveWebhookConfig(overrides: Partial<WebhookConfig> = {}): We
 }
 
 const ENV_NUMBERS = {
-  BADGEBENCH_WEBHOOK_TIMEOUT_MS: "timeoutMs",
-  BADGEBENCH_WEBHOOK_LEASE_MS: "leaseMs",
-  BADGEBENCH_WEBHOOK_SECRET_GRACE_MS: "secretGraceMs",
-  BADGEBENCH_WEBHOOK_POLL_MS: "pollMs",
+  BADGEBENCH_WEBHOOK_TIMEOUT_MS: ["timeoutMs", "milliseconds"],
+  BADGEBENCH_WEBHOOK_LEASE_MS: ["leaseMs", "milliseconds"],
+  BADGEBENCH_WEBHOOK_SECRET_GRACE_MS: ["secretGraceMs", "milliseconds"],
+  BADGEBENCH_WEBHOOK_POLL_MS: ["pollMs", "milliseconds"],
+  BADGEBENCH_WEBHOOK_BUSY_RATE: ["busyRate", "deliveries per second"],
 } as const;
 
 /** The BADGEBENCH_WEBHOOK_* variables, as overrides; a malformed value is an error, not a default. */
 export function webhookConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Partial<WebhookConfig> {
   const overrides: Partial<WebhookConfig> = {};
-  const number = (name: string, value: string) => {
-    if (!/^\d+(\.\d+)?$/.test(value.trim())) throw new WebhookConfigError(`${name} must be a number of milliseconds (got '${value}')`);
+  const number = (name: string, value: string, unit = "milliseconds") => {
+    if (!/^\d+(\.\d+)?$/.test(value.trim())) throw new WebhookConfigError(`${name} must be a number of ${unit} (got '${value}')`);
     return Number(value);
   };
-  for (const [name, option] of Object.entries(ENV_NUMBERS)) {
+  for (const [name, [option, unit]] of Object.entries(ENV_NUMBERS)) {
     const value = env[name];
-    if (value !== undefined && value !== "") overrides[option] = number(name, value);
+    if (value !== undefined && value !== "") overrides[option] = number(name, value, unit);
   }
   const schedule = env.BADGEBENCH_WEBHOOK_RETRY_SCHEDULE_MS;
   if (schedule !== undefined) {

@@ -95,8 +95,10 @@ describe("card taps", () => {
     ["a card no student holds", () => minutesAfter(h.sessions.mathStartsAt, 1), "unknown_card"],
   ])("rejects a tap with %s, answers R with the reason, and keeps it for review", async (_name, at, reason) => {
     const card = reason === "unknown_card" ? "04FFFFFFFF" : h.cards[1]!;
+    // Read the clock once: the review below must look for the very time that was sent.
+    const when = at();
     const before = await counts();
-    const answer = await h.sync(h.devices.r1.token, lines(...status(), tap(40, card, at())));
+    const answer = await h.sync(h.devices.r1.token, lines(...status(), tap(40, card, when)));
     expect(answer.status).toBe(200);
     expect(answer.all("R")).toEqual([`40 ${reason}`]);
     const after = await counts();
@@ -104,7 +106,7 @@ describe("card taps", () => {
     expect(after.records).toBe(before.records);
     const review = await h.api(`/v1/device_taps?result=rejected&device_id=${h.devices.r1.id}&limit=200`, h.keys.admin);
     expect(review.status).toBe(200);
-    expect(review.body.data.some((t: any) => t.card_uid === card && t.reason === reason && t.tapped_at === new Date(unix(at()) * 1000).toISOString())).toBe(true);
+    expect(review.body.data.some((t: any) => t.card_uid === card && t.reason === reason && t.tapped_at === new Date(unix(when) * 1000).toISOString())).toBe(true);
   });
 });
 

@@ -245,6 +245,29 @@ describe("delivery", () => {
     expect(r.deliveries[1]!.event.id).toBe(eventId);
   });
 
+  it("does not send events committed while the endpoint was disabled, even when their fan-out runs after it is re-enabled", async () => {
+    const r = await receiver();
+    const e = await endpoint(r.url);
+    expect((await h.request("PATCH", `/v1/webhook_endpoints/${e.id}`, { key, body: { disabled: true } })).status).toBe(200);
+    const whileDisabled = await newRecord();
+    const eventOf = (recordId: string) =>
+      h.server.store.db.selectFrom("events").select(["id", "dispatched_at"]).where("payload", "like", `%${recordId}%`).orderBy("id", "desc").executeTakeFirstOrThrow();
+    await waitUntil(async () => (await eventOf(whileDisabled.id)).dispatched_at !== null);
+    expect((await h.request("PATCH", `/v1/webhook_endpoints/${e.id}`, { key, body: { disabled: false } })).status).toBe(200);
+    // As if the worker had been behind (a busy server fans out late): the event written while
+    // the endpoint was disabled is still waiting for its fan-out when the endpoint is enabled.
+    const skipped = await eventOf(whileDisabled.id);
+    await h.server.store.db.updateTable("events").set({ dispatched_at: null }).where("id", "=", skipped.id).execute();
+    await newRecord();
+    await r.waitFor((d) => d.length === 1);
+    // The fan-out takes the oldest events first: the skipped one is settled by now.
+    const settled = await h.server.store.db.selectFrom("events").select("dispatched_at").where("id", "=", skipped.id).executeTakeFirstOrThrow();
+    expect(settled.dispatched_at).not.toBeNull();
+    await new Promise((res) => setTimeout(res, 200));
+    expect(r.deliveries.map((d) => d.event.id)).not.toContain(skipped.id);
+    expect(r.deliveries).toHaveLength(1);
+  });
+
   it("does not send events committed before the endpoint existed", async () => {
     await newRecord();
     const r = await receiver();

@@ -1,0 +1,58 @@
+// Whether the server is busy serving requests, for the delivery worker: deliveries share the
+// event loop with the requests, and a delivery costs the server several times what the create
+// that caused it costs (a signed POST per endpoint, its answer, the attempt's rows). When
+// requests keep the loop busy, deliveries step back to a small steady share (WebhookConfig
+// busyRate) and the backlog, safe in the outbox, is sent at full speed once the load eases.
+import { performance, type EventLoopUtilization } from "node:perf_hooks";
+
+/** How much of the event loop's time, over one window, counts as busy. */
+export const BUSY_UTILIZATION = 0.85;
+/** The window over which the loop's utilization is measured. */
+export const LOAD_WINDOW_MS = 100;
+/** How long a window that showed the requests leaving time to spare lets deliveries run free. */
+export const FREE_MS = 500;
+
+export interface LoadSignal {
+  /** true while requests are being served and the event loop has little time to spare */
+  busy(): boolean;
+}
+
+/**
+ * The loop's utilization counts the deliveries' own work too: a backlog sent at full speed fills
+ * the loop whatever the requests need. So a full loop with requests arriving only makes the
+ * server busy for the next window, in which deliveries step back to their small share; that
+ * window measures what the requests alone take. If they fill it, the server stays busy (window
+ * by window); if not, deliveries run free for FREE_MS before the next look.
+ */
+export class ServerLoad implements LoadSignal {
+  readonly #windowMs: number;
+  readonly #freeMs: number;
+  #windowStart = performance.now();
+  #mark: EventLoopUtilization = performance.eventLoopUtilization();
+  #lastRequestAt = -Infinity;
+  #busy = false;
+  #freeUntil = -Infinity;
+
+  constructor({ windowMs = LOAD_WINDOW_MS, freeMs = FREE_MS }: { windowMs?: number; freeMs?: number } = {}) {
+    this.#windowMs = windowMs;
+    this.#freeMs = freeMs;
+  }
+
+  /** Called for every request the server receives. */
+  noteRequest = (): void => {
+    this.#lastRequestAt = performance.now();
+  };
+
+  busy(): boolean {
+    const now = performance.now();
+    if (now - this.#windowStart >= this.#windowMs) {
+      const { utilization } = performance.eventLoopUtilization(this.#mark);
+      const full = this.#lastRequestAt >= this.#windowStart && utilization >= BUSY_UTILIZATION;
+      if (this.#busy && !full) this.#freeUntil = now + this.#freeMs;
+      this.#busy = full && now >= this.#freeUntil;
+      this.#mark = performance.eventLoopUtilization();
+      this.#windowStart = now;
+    }
+    return this.#busy;
+  }
+}
