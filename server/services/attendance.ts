@@ -14,6 +14,7 @@ import { newId } from "../ids.ts";
 import type { RecordStatus } from "../http/validation.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
+import { insertEvents } from "../store/webhooks-store.ts";
 import type { Database, Db, EventsTable, Livemode, RecordsTable } from "../store/schema.ts";
 import type { Principal } from "./api-keys.ts";
 import type { StoredResponse } from "./idempotency.ts";
@@ -182,7 +183,7 @@ export async function writeEvent(
   data: Record<string, unknown>,
   now: Date,
 ): Promise<void> {
-  await store.insertEvents(trx, [eventRow(livemode, type, data, now)]);
+  await insertEvents(trx, [eventRow(livemode, type, data, now)]);
 }
 
 export async function createRecord(
@@ -355,7 +356,7 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
   }
   if (records.length > 0) {
     await store.insertRecords(trx, records);
-    await store.insertEvents(trx, events);
+    await insertEvents(trx, events);
   }
   return outcomes;
 }
