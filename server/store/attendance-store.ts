@@ -1,4 +1,4 @@
-import { compiledQuery } from "./compiled-query.ts";
+import { compiledQuery, rowsInsert } from "./compiled-query.ts";
 import { forUpdate } from "./dialect.ts";
 import type { Db, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 
@@ -207,4 +207,17 @@ export const findRecordsAmong = compiledQuery((db: Db, sessionIds: string[], stu
   ),
 );
 
-export const insertRecords = compiledQuery((db: Db, rows: RecordsTable[]) => db.insertInto("records").values(rows));
+export const insertRecords = rowsInsert("records", [
+  "id",
+  "livemode",
+  "session_id",
+  "student_id",
+  "course_code",
+  "status",
+  "recorded_at",
+  "method",
+  "device_id",
+  "reason",
+  "created_at",
+  "updated_at",
+]);

@@ -3,7 +3,7 @@
 // other writer can interleave with; on PostgreSQL (several instances) the SELECT is
 // `FOR UPDATE SKIP LOCKED`, so a delivery another worker is claiming is passed over.
 import { sql } from "kysely";
-import { compiledQuery } from "./compiled-query.ts";
+import { compiledQuery, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
 import type {
   Db,
@@ -73,7 +73,7 @@ export async function listEvents(
   return query.orderBy("created_at").orderBy("id").limit(filter.limit).execute();
 }
 
-const insertEventRows = compiledQuery((db: Db, rows: EventsTable[]) => db.insertInto("events").values(rows));
+const insertEventRows = rowsInsert("events", ["id", "livemode", "type", "created_at", "payload", "dispatched_at"]);
 
 const anEnabledEndpoint = compiledQuery((db: Db, livemode: Livemode) =>
   db.selectFrom("webhook_endpoints").select("id").where("livemode", "=", livemode).where("status", "=", "enabled").limit(1),
