@@ -201,17 +201,25 @@ async function answerTaps(trx: Transaction<Database>, device: DeviceRow, taps: T
   });
   const verdicts = await judgeTaps(trx, device, fresh, now);
   if (fresh.length > 0) {
+    const receivedAt = now.toISOString();
     await insertTaps(
       trx,
-      fresh.map((tap, i) => ({
-        id: newId("tap", now.getTime()),
-        livemode: device.livemode,
-        device_id: device.id,
-        card_uid: tap.cardUid,
-        tapped_at: tap.at.toISOString(),
-        received_at: now.toISOString(),
-        ...verdicts[i]!,
-      })),
+      fresh.map((tap, i) => {
+        const verdict = verdicts[i]!;
+        return {
+          id: newId("tap", now.getTime()),
+          livemode: device.livemode,
+          device_id: device.id,
+          card_uid: tap.cardUid,
+          tapped_at: tap.at.toISOString(),
+          received_at: receivedAt,
+          result: verdict.result,
+          reason: verdict.reason,
+          session_id: verdict.session_id,
+          student_id: verdict.student_id,
+          record_id: verdict.record_id,
+        };
+      }),
     );
   }
   return taps.map((tap, i) => {

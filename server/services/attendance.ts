@@ -14,6 +14,7 @@ import { newId } from "../ids.ts";
 import type { RecordStatus } from "../http/validation.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
+import { insertEvents } from "../store/webhooks-store.ts";
 import type { Database, Db, EventsTable, Livemode, RecordsTable } from "../store/schema.ts";
 import type { Principal } from "./api-keys.ts";
 import type { StoredResponse } from "./idempotency.ts";
@@ -58,17 +59,26 @@ function toListItem(row: store.RecordListRow): RecordListItem {
   };
 }
 
-function toDetail(row: store.RecordDetailRow): RecordDetail {
-  const item = toListItem(row);
+/** What the detail read joins to a record's row: its student, its session's room, its device's model, its history. */
+type DetailJoin = Pick<store.RecordDetailRow, "student_external_id" | "student_name" | "session_room" | "device_model" | "history">;
+
+// Built field by field from the two objects, without spreading either into a new object: a
+// sync builds one detail per tap for its events, and the spreads made that a tenth of its CPU.
+function toDetail(row: RecordsTable, joined: DetailJoin): RecordDetail {
   return {
-    ...item,
-    student: { ...item.student, name: row.student_name },
-    session: { ...item.session, room: row.session_room },
-    device: row.device_id && row.device_model ? { id: row.device_id, model: row.device_model } : null,
+    id: row.id,
+    object: "attendance_record",
+    livemode: row.livemode === 1,
+    status: row.status,
+    recorded_at: row.recorded_at,
+    method: row.method,
+    student: { id: row.student_id, external_id: joined.student_external_id, name: joined.student_name },
+    session: { id: row.session_id, course_code: row.course_code, room: joined.session_room },
+    device: row.device_id && joined.device_model ? { id: row.device_id, model: joined.device_model } : null,
     reason: row.reason,
     created_at: row.created_at,
     updated_at: row.updated_at,
-    history: row.history.map((h) => ({
+    history: joined.history.map((h) => ({
       at: h.at,
       from: h.from_status,
       to: h.to_status,
@@ -81,7 +91,7 @@ function toDetail(row: store.RecordDetailRow): RecordDetail {
 export async function getRecord(db: Db, livemode: Livemode, id: string) {
   const row = await store.findRecordDetail(db, livemode, id);
   if (!row) throw notFound("attendance record", id);
-  return toDetail(row);
+  return toDetail(row, row);
 }
 
 export interface RecordQuery {
@@ -173,7 +183,7 @@ export async function writeEvent(
   data: Record<string, unknown>,
   now: Date,
 ): Promise<void> {
-  await store.insertEvents(trx, [eventRow(livemode, type, data, now)]);
+  await insertEvents(trx, [eventRow(livemode, type, data, now)]);
 }
 
 export async function createRecord(
@@ -220,8 +230,7 @@ export async function createRecord(
       `Student ${student.external_id} already has a record in session ${session.id}: ${existing.id} (${existing.status}). Correct it with PATCH /v1/attendance/${existing.id}.`,
     );
   }
-  const record = toDetail({
-    ...row,
+  const record = toDetail(row, {
     student_external_id: student.external_id,
     student_name: student.name,
     session_room: session.room,
@@ -332,8 +341,7 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
         created_at: nowText,
         updated_at: nowText,
       };
-      const record = toDetail({
-        ...row,
+      const record = toDetail(row, {
         student_external_id: student.external_id,
         student_name: student.name,
         session_room: session.room,
@@ -348,7 +356,7 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
   }
   if (records.length > 0) {
     await store.insertRecords(trx, records);
-    await store.insertEvents(trx, events);
+    await insertEvents(trx, events);
   }
   return outcomes;
 }

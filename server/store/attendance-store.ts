@@ -1,6 +1,6 @@
-import { compiledQuery } from "./compiled-query.ts";
+import { compiledQuery, rowsInsert } from "./compiled-query.ts";
 import { forUpdate } from "./dialect.ts";
-import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
+import type { Db, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 
 export async function findStudent(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }) {
   let query = db.selectFrom("students").selectAll().where("livemode", "=", livemode);
@@ -207,6 +207,17 @@ export const findRecordsAmong = compiledQuery((db: Db, sessionIds: string[], stu
   ),
 );
 
-export const insertRecords = compiledQuery((db: Db, rows: RecordsTable[]) => db.insertInto("records").values(rows));
-
-export const insertEvents = compiledQuery((db: Db, rows: EventsTable[]) => db.insertInto("events").values(rows));
+export const insertRecords = rowsInsert("records", [
+  "id",
+  "livemode",
+  "session_id",
+  "student_id",
+  "course_code",
+  "status",
+  "recorded_at",
+  "method",
+  "device_id",
+  "reason",
+  "created_at",
+  "updated_at",
+]);

@@ -9,7 +9,7 @@
 // numbers and other values are the values that change; a builder must pass them to Kysely as
 // they are (no arithmetic, no string building on them), which the compilation checks.
 import type { Compilable, CompiledQuery, QueryResult } from "kysely";
-import type { Db } from "./schema.ts";
+import type { Database, Db } from "./schema.ts";
 
 const PLACEHOLDER = "\u0000compiled-query-argument:";
 
@@ -90,5 +90,35 @@ export function compiledQuery<Args extends unknown[], Row>(
     if (!template) byShape.set(key, (template = compileTemplate(db, build, args)));
     const parameters = template.bindings.map((binding) => ("value" in binding ? values[binding.value] : binding.constant));
     return db.executeQuery<Row>({ sql: template.sql, query: template.query, queryId: template.queryId, parameters });
+  };
+}
+
+/**
+ * A multi-row insert of `columns` into `table`, its SQL compiled once per row count (and per
+ * database). For the inserts of many rows on the hot paths (a badge sync inserts 30 records,
+ * events and taps): compiledQuery works out an argument's shape by walking every value of every
+ * row, which cost a 30-row insert a fifth of its time; here the shape is the row count, and each
+ * row gives its values in the order of `columns` (a column a row leaves undefined is null).
+ */
+export function rowsInsert<Table extends keyof Database & string, const Columns extends readonly (keyof Database[Table] & string)[]>(
+  table: Table,
+  // Every column of the table, so one added later cannot be left out of the insert unnoticed.
+  columns: Columns & (Exclude<keyof Database[Table], Columns[number]> extends never ? unknown : { missing: Exclude<keyof Database[Table], Columns[number]> }),
+) {
+  const templates = new WeakMap<object, Map<number, Omit<Template, "bindings">>>();
+  return (db: Db, rows: readonly Database[Table][]): Promise<QueryResult<never>> => {
+    const dialect = db.getExecutor().adapter;
+    let byCount = templates.get(dialect);
+    if (!byCount) templates.set(dialect, (byCount = new Map()));
+    let template = byCount.get(rows.length);
+    if (!template) {
+      const placeholders = rows.map(() => Object.fromEntries(columns.map((column) => [column, null])));
+      const { sql, query, queryId, parameters } = db.insertInto(table).values(placeholders as never).compile();
+      if (parameters.length !== rows.length * columns.length) throw new Error(`rows insert: ${parameters.length} parameters in ${sql}`);
+      byCount.set(rows.length, (template = { sql, query, queryId }));
+    }
+    const parameters: unknown[] = [];
+    for (const row of rows) for (const column of columns as Columns) parameters.push(row[column] ?? null);
+    return db.executeQuery<never>({ sql: template.sql, query: template.query, queryId: template.queryId, parameters });
   };
 }

@@ -162,6 +162,12 @@ async function openSqliteStore(options: StoreOptions): Promise<Store> {
   await migrated(db);
   if (!options.serving) return { kind: "sqlite", db, file, logSynced: synced, close: () => db.destroy() };
   sqlite.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+  // Each write of a group runs under a savepoint (write-batcher.ts), and SQLite copies every page
+  // a write changes into the savepoint's journal; past 64 KiB that journal is a temporary file,
+  // so a badge sync (about 40 pages) wrote 160 KiB to disk through pwrite before its commit did.
+  // Kept in memory, the journal is a page copy each, freed when the savepoint is released. Other
+  // temporary data of the serving connection is small: ORDER BY ... LIMIT keeps LIMIT rows.
+  sqlite.pragma("temp_store = MEMORY");
   const checkpointer = startCheckpointer(file, sync, options.serving.onCheckpointError);
   // The log exists from the migrations on and, while this connection is open, is never deleted:
   // SQLite restarts it from its start after a checkpoint, in the same file.

@@ -164,7 +164,10 @@ export interface EventsTable {
   type: string;
   created_at: string;
   payload: string;
-  /** when the delivery worker fanned the event out to the endpoints; null until then */
+  /**
+   * when the delivery worker fanned the event out to the endpoints, null until then; on SQLite,
+   * the event's own creation time when its mode had no enabled endpoint (insertEvents)
+   */
   dispatched_at?: string | null;
 }
 

@@ -1,4 +1,4 @@
-import { compiledQuery } from "./compiled-query.ts";
+import { compiledQuery, rowsInsert } from "./compiled-query.ts";
 import type { Db, DeviceTapsTable, Livemode, TapResult } from "./schema.ts";
 
 /**
@@ -14,7 +14,19 @@ export const findTaps = compiledQuery((db: Db, deviceId: string, cardUids: strin
     .where("tapped_at", "in", tappedAts),
 );
 
-export const insertTaps = compiledQuery((db: Db, rows: DeviceTapsTable[]) => db.insertInto("device_taps").values(rows));
+export const insertTaps = rowsInsert("device_taps", [
+  "id",
+  "livemode",
+  "device_id",
+  "card_uid",
+  "tapped_at",
+  "received_at",
+  "result",
+  "reason",
+  "session_id",
+  "student_id",
+  "record_id",
+]);
 
 /**
  * The sessions in `room` that a tap between two moments can belong to: started (or starting

@@ -3,6 +3,7 @@
 // other writer can interleave with; on PostgreSQL (several instances) the SELECT is
 // `FOR UPDATE SKIP LOCKED`, so a delivery another worker is claiming is passed over.
 import { sql } from "kysely";
+import { compiledQuery, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
 import type {
   Db,
@@ -70,6 +71,34 @@ export async function listEvents(
     query = query.where((eb) => eb(eb.refTuple("created_at", "id"), ">", eb.tuple(after[0], after[1])));
   }
   return query.orderBy("created_at").orderBy("id").limit(filter.limit).execute();
+}
+
+const insertEventRows = rowsInsert("events", ["id", "livemode", "type", "created_at", "payload", "dispatched_at"]);
+
+const anEnabledEndpoint = compiledQuery((db: Db, livemode: Livemode) =>
+  db.selectFrom("webhook_endpoints").select("id").where("livemode", "=", livemode).where("status", "=", "enabled").limit(1),
+);
+
+/**
+ * Writes events to the outbox; call in the transaction of the change they report. The delivery
+ * worker fans an event out to the enabled endpoints of its mode that existed when it was
+ * written. On SQLite, an event of a mode with no enabled endpoint is written dispatched (at its
+ * creation time): the worker then has no row to update, where it rewrote every event (a badge
+ * sync writes 30) and its index entry in a transaction of its own. The check is exact there,
+ * since a write transaction holds SQLite's one write lock: no endpoint can be created or enabled
+ * between the check and the commit. On PostgreSQL one could, so the worker decides there.
+ */
+export async function insertEvents(db: Db, rows: EventsTable[]): Promise<void> {
+  const noEndpoint = new Set<Livemode>();
+  if (!isPostgres(db)) {
+    for (const livemode of new Set(rows.map((row) => row.livemode))) {
+      if ((await anEnabledEndpoint(db, livemode)).rows.length === 0) noEndpoint.add(livemode);
+    }
+  }
+  await insertEventRows(
+    db,
+    rows.map(({ id, livemode, type, created_at, payload }) => ({ id, livemode, type, created_at, payload, dispatched_at: noEndpoint.has(livemode) ? created_at : null })),
+  );
 }
 
 /** Events no worker has fanned out yet, oldest first. */

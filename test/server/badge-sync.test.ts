@@ -57,6 +57,14 @@ describe("card taps", () => {
     expect(payloads.some((p) => p.data.actor.type === "device" && p.data.actor.id === h.devices.r1.id && p.data.object.method === "device")).toBe(true);
   });
 
+  it("the event carries the record exactly as the API shows it", async () => {
+    const s1 = await recordOf(h.sessions.mathOpen, "S1");
+    const events = await h.server.store.db.selectFrom("events").select("payload").where("type", "=", "attendance.recorded").execute();
+    const event = events.map((e) => JSON.parse(e.payload)).find((p) => p.data.object.id === s1.id);
+    expect(event.data.object).toEqual(s1);
+    expect(event.data.actor).toEqual({ type: "device", id: h.devices.r1.id, name: expect.any(String) });
+  });
+
   it("a replayed sync answers the same and marks nothing twice", async () => {
     const body = lines(...status(), tap(7, h.cards[3]!, minutesAfter(h.sessions.mathStartsAt, 1)), tap(8, "0000DEADBEEF", minutesAfter(h.sessions.mathStartsAt, 1)));
     const first = await h.sync(h.devices.r1.token, body);

@@ -4,7 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { compiledQuery } from "../../server/store/compiled-query.ts";
+import { compiledQuery, rowsInsert } from "../../server/store/compiled-query.ts";
 import { openStore, type Store } from "../../server/store/database.ts";
 import type { Db } from "../../server/store/schema.ts";
 import { createTestStore, type TestStore } from "./test-database.ts";
@@ -61,6 +61,18 @@ describe("compiledQuery", () => {
       { id: "usr_2", name: "two" },
       { id: "usr_3", name: "three" },
     ]);
+  });
+
+  it("rowsInsert inserts every column of each row, a row's undefined column as null, whatever the row count", async () => {
+    const insert = rowsInsert("events", ["id", "livemode", "type", "created_at", "payload", "dispatched_at"]);
+    const event = (n: number, dispatched_at?: string) => ({ id: `evt_${n}`, livemode: 0 as const, type: `t${n}`, created_at: `2026-01-0${n}T00:00:00.000Z`, payload: `{"n":${n}}`, dispatched_at });
+    await store.db.transaction().execute(async (trx) => {
+      await insert(trx, [event(1)]);
+      await insert(trx, [event(2, "2026-02-02T00:00:00.000Z"), event(3), event(4, "2026-02-04T00:00:00.000Z")]);
+      await insert(trx, [event(5)]);
+    });
+    const rows = await store.db.selectFrom("events").selectAll().where("id", "like", "evt_%").orderBy("id").execute();
+    expect(rows).toEqual([1, 2, 3, 4, 5].map((n) => ({ ...event(n), dispatched_at: [2, 4].includes(n) ? `2026-02-0${n}T00:00:00.000Z` : null })));
   });
 
   it("refuses a builder that changes an argument before Kysely sees it", async () => {

@@ -268,12 +268,16 @@ describe("delivery", () => {
     expect(r.deliveries).toHaveLength(1);
   });
 
-  it("does not send events committed before the endpoint existed", async () => {
+  it("does not send events committed before the endpoint existed, and sends those committed after", async () => {
     await newRecord();
     const r = await receiver();
     await endpoint(r.url);
     await new Promise((res) => setTimeout(res, 200));
     expect(r.deliveries).toHaveLength(0);
+    const after = await newRecord();
+    await r.waitFor((d) => d.length === 1);
+    await new Promise((res) => setTimeout(res, 200));
+    expect(r.deliveries.map((d) => [d.event.data.object.id, d.event.data.object.status])).toEqual([[after.id, standing[key]!.status]]);
   });
 });
 
