@@ -196,15 +196,11 @@ export function summarizeRounds(runs: LoadResult[]): RoundsSummary {
   };
 }
 
-let clockTicksPerSecond: number | undefined;
-
-/** User plus system CPU time of a process so far, in microseconds, from /proc/<pid>/stat (Linux). */
+/** User plus system CPU time of a process so far, in microseconds (procCpuSeconds); the process must be running. */
 export function procCpuUs(pid: number): number {
-  clockTicksPerSecond ??= Number(execFileSync("getconf", ["CLK_TCK"]).toString());
-  // The command name (field 2) may hold spaces; the fields after its closing parenthesis are
-  // state, ppid, ... with utime and stime the 12th and 13th.
-  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / clockTicksPerSecond;
+  const seconds = procCpuSeconds(pid);
+  if (seconds === undefined) throw new Error(`process ${pid} is gone: no CPU time to read`);
+  return seconds * 1_000_000;
 }
 
 /**
@@ -294,12 +290,13 @@ export function procCpuSeconds(pid: number): number | undefined {
   const stat = readProcFile(pid, "stat");
   if (stat === undefined) return undefined;
   // Fields after the command name (which may hold spaces, so it is skipped by its parenthesis):
-  // state is field 3, utime and stime are fields 14 and 15, in clock ticks (100 a second on Linux).
+  // state is field 3, utime and stime are fields 14 and 15, in clock ticks (getconf CLK_TCK).
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_S;
+  clockTicksPerSecond ??= Number(execFileSync("getconf", ["CLK_TCK"]).toString());
+  return (Number(fields[11]) + Number(fields[12])) / clockTicksPerSecond;
 }
 
-const CLOCK_TICKS_PER_S = 100;
+let clockTicksPerSecond: number | undefined;
 
 function readProcFile(pid: number, name: string): string | undefined {
   try {

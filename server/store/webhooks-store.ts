@@ -17,6 +17,7 @@ import type {
 export type EndpointRow = WebhookEndpointsTable;
 
 export async function insertEndpoint(db: Db, row: EndpointRow): Promise<void> {
+  endpointlessModes.delete(db);
   await db.insertInto("webhook_endpoints").values(row).execute();
 }
 
@@ -34,6 +35,7 @@ export async function listEndpoints(db: Db, filter: { livemode: Livemode; after?
 }
 
 export async function updateEndpoint(db: Db, id: string, changes: Partial<Omit<EndpointRow, "id" | "livemode" | "created_at">>): Promise<void> {
+  endpointlessModes.delete(db);
   await db.updateTable("webhook_endpoints").set(changes).where("id", "=", id).execute();
 }
 
@@ -80,6 +82,22 @@ const anEnabledEndpoint = compiledQuery((db: Db, livemode: Livemode) =>
 );
 
 /**
+ * Per write transaction (a group of the write batcher, whose writes all write events): the modes
+ * found to have no enabled endpoint, so a group asks once, not once per write. Writing an
+ * endpoint in the transaction forgets them.
+ */
+const endpointlessModes = new WeakMap<Db, Map<Livemode, boolean>>();
+
+async function hasNoEnabledEndpoint(db: Db, livemode: Livemode): Promise<boolean> {
+  if (!db.isTransaction) return (await anEnabledEndpoint(db, livemode)).rows.length === 0;
+  let modes = endpointlessModes.get(db);
+  if (!modes) endpointlessModes.set(db, (modes = new Map()));
+  let none = modes.get(livemode);
+  if (none === undefined) modes.set(livemode, (none = (await anEnabledEndpoint(db, livemode)).rows.length === 0));
+  return none;
+}
+
+/**
  * Writes events to the outbox; call in the transaction of the change they report. The delivery
  * worker fans an event out to the enabled endpoints of its mode that existed when it was
  * written. On SQLite, an event of a mode with no enabled endpoint is written dispatched (at its
@@ -92,7 +110,7 @@ export async function insertEvents(db: Db, rows: EventsTable[]): Promise<void> {
   const noEndpoint = new Set<Livemode>();
   if (!isPostgres(db)) {
     for (const livemode of new Set(rows.map((row) => row.livemode))) {
-      if ((await anEnabledEndpoint(db, livemode)).rows.length === 0) noEndpoint.add(livemode);
+      if (await hasNoEnabledEndpoint(db, livemode)) noEndpoint.add(livemode);
     }
   }
   await insertEventRows(

@@ -3,9 +3,13 @@
 // schedule, timeout, lease and secret grace period are a few milliseconds here.
 import { pino } from "pino";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { newId } from "../../server/ids.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
+import { createEndpoint } from "../../server/services/webhook-endpoints.ts";
+import { insertEvents } from "../../server/store/webhooks-store.ts";
 import type { Resolver } from "../../server/webhooks/address-guard.ts";
 import { mark, startHarness, type Harness } from "./harness.ts";
+import { TEST_STORE } from "./test-database.ts";
 import { specSigners, startReceiver, TEST_CERT, type Receiver } from "./webhook-receiver.ts";
 
 // Names the tests control: `rebind.example.test` answers a public address at creation and
@@ -298,6 +302,31 @@ describe("secret roll", () => {
     expect(after.v1Count).toBe(1);
     expect(after.signedBy).toEqual([1]);
     expect((await h.request("GET", `/v1/webhook_endpoints/${e.id}`, { key })).body.previous_secret_expires_at).toBeNull();
+  });
+});
+
+describe("the outbox in one write transaction", () => {
+  it("writes an event dispatched only while its mode has no enabled endpoint, and not once one is created in the same transaction", async () => {
+    const event = () => {
+      const id = newId("evt");
+      return { id, livemode: 0 as const, type: "attendance.recorded", created_at: new Date().toISOString(), payload: JSON.stringify({ id }) };
+    };
+    const before = event();
+    const after = event();
+    const rolledBack = new Error("roll back: nothing of this test stays for the worker");
+    let dispatched: Record<string, string | null | undefined> = {};
+    await expect(
+      h.server.store.db.transaction().execute(async (trx) => {
+        await insertEvents(trx, [before]);
+        await createEndpoint(trx, 0, { url: "http://127.0.0.1:9/hooks", enabled_events: ["*"] });
+        await insertEvents(trx, [after]);
+        const rows = await trx.selectFrom("events").select(["id", "dispatched_at"]).where("id", "in", [before.id, after.id]).execute();
+        dispatched = Object.fromEntries(rows.map((row) => [row.id, row.dispatched_at]));
+        throw rolledBack;
+      }),
+    ).rejects.toBe(rolledBack);
+    // On PostgreSQL another instance could create an endpoint meanwhile: the worker decides there.
+    expect(dispatched).toEqual({ [before.id]: TEST_STORE === "sqlite" ? before.created_at : null, [after.id]: null });
   });
 });
 
