@@ -6,8 +6,6 @@
 // body with a JSON-RPC error rather than Express's HTML page. Notifications get 202 at once.
 // GET and DELETE (with a valid key, like every request) are 405: the server keeps no sessions
 // and pushes nothing.
-import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
-import { SUPPORTED_PROTOCOL_VERSIONS } from "@modelcontextprotocol/sdk/types.js";
 import express, { Router, type NextFunction, type Request, type Response } from "express";
 import type { Kysely } from "kysely";
 import type { Logger } from "pino";
@@ -21,11 +19,9 @@ import type { Database } from "../store/schema.ts";
 import { firstIssue, JSON_RPC, JsonRpcFailure, readMessage, type JsonRpcRequest } from "./json-rpc.ts";
 import { buildMcpServer } from "./mcp-server.ts";
 import { pipelineTools, type PipelineTool } from "./pipeline-tools.ts";
+import { loadMcpSdk } from "./sdk.ts";
 
 export const MCP_MAX_BODY_BYTES = 1024 * 1024;
-
-/** Protocol versions served: the SDK's list. A request without MCP-Protocol-Version means 2025-03-26. */
-export const PROTOCOL_VERSIONS: readonly string[] = SUPPORTED_PROTOCOL_VERSIONS;
 
 const READ_SCOPE: Scope = "pipelines:read";
 
@@ -61,13 +57,14 @@ function requireScope(principal: Principal, scope: Scope, id: JsonRpcRequest["id
   });
 }
 
-function checkProtocolVersion(req: Request) {
+async function checkProtocolVersion(req: Request) {
   const version = req.get("mcp-protocol-version");
-  if (version !== undefined && !PROTOCOL_VERSIONS.includes(version)) {
+  const { protocolVersions } = await loadMcpSdk();
+  if (version !== undefined && !protocolVersions.includes(version)) {
     throw new JsonRpcFailure(
       400,
       JSON_RPC.transport,
-      `Bad Request: unsupported MCP-Protocol-Version '${version.slice(0, 40)}'; supported: ${PROTOCOL_VERSIONS.join(", ")}.`,
+      `Bad Request: unsupported MCP-Protocol-Version '${version.slice(0, 40)}'; supported: ${protocolVersions.join(", ")}.`,
     );
   }
 }
@@ -101,10 +98,10 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
   /** Hands a checked request to a fresh stateless SDK server and copies its answer. */
   async function answerWithSdk(req: Request, res: Response, message: JsonRpcRequest, writes: boolean) {
     const principal = principalOf(req);
-    const server = buildMcpServer(tools, { db: deps.db, codec: deps.codec, livemode: principal.livemode }, deps.logger);
+    const server = await buildMcpServer(tools, { db: deps.db, codec: deps.codec, livemode: principal.livemode }, deps.logger);
     // The web-standard transport is the one StreamableHTTPServerTransport wraps; used directly,
     // the route hands it the body it already parsed and the headers the SDK insists on.
-    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+    const transport = new (await loadMcpSdk()).Transport({ sessionIdGenerator: undefined, enableJsonResponse: true });
     await server.connect(transport);
     try {
       const headers = new Headers({ accept: "application/json, text/event-stream", "content-type": "application/json" });
@@ -130,7 +127,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
       throw new JsonRpcFailure(415, JSON_RPC.invalidRequest, "Unsupported Media Type: send the JSON-RPC message with Content-Type: application/json.");
     }
     const message = readMessage(Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
-    if (message.method !== "initialize") checkProtocolVersion(req);
+    if (message.method !== "initialize") await checkProtocolVersion(req);
     if (message.kind === "notification") {
       res.status(202).end();
       return;

@@ -2,16 +2,18 @@
 // Results carry the JSON as structuredContent and as a text item; an operation that failed on
 // valid input is an `isError` result saying what went wrong; anything unexpected is logged and
 // answered without internals.
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
 import packageJson from "../../package.json" with { type: "json" };
 import { PipelineError } from "../services/pipelines.ts";
 import type { PipelineTool, ToolContext } from "./pipeline-tools.ts";
+import { loadMcpSdk } from "./sdk.ts";
 
 const SERVER_INFO = { name: "badgebench", version: packageJson.version };
 
-export function buildMcpServer(tools: readonly PipelineTool[], context: ToolContext, logger: Logger): McpServer {
+export async function buildMcpServer(tools: readonly PipelineTool[], context: ToolContext, logger: Logger): Promise<McpServer> {
+  const { McpServer } = await loadMcpSdk();
   const server = new McpServer(SERVER_INFO);
   for (const tool of tools) {
     server.registerTool(

@@ -16,7 +16,7 @@ import fs from "node:fs";
 import path from "node:path";
 import SQLite from "better-sqlite3";
 import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection } from "kysely";
-import pg from "pg";
+import type pg from "pg";
 import { FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer } from "./checkpointer.ts";
 import { isDatabaseUnavailable } from "./dialect.ts";
 import { migrateToLatest } from "./migrations.ts";
@@ -208,14 +208,16 @@ function parsePostgresUrl(text: string): URL {
 
 // COUNT(*) is a bigint, which pg hands over as a string (it may exceed 2^53); every count here is
 // far below that, and the callers expect numbers as SQLite gives them.
-const pgTypes = {
+const countsAsNumbers = (types: typeof pg.types) => ({
   getTypeParser: ((oid: number, format?: "text" | "binary") =>
-    oid === pg.types.builtins.INT8 ? Number : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
-};
+    oid === types.builtins.INT8 ? Number : types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+});
 
 async function openPostgresStore(urlText: string, settings: Partial<PostgresSettings> = {}): Promise<Store> {
   const url = parsePostgresUrl(urlText);
   const { poolSize, connectTimeoutMs, statementTimeoutMs } = { ...POSTGRES_DEFAULTS, ...settings };
+  // Loaded only here: an SQLite server does not carry the PostgreSQL client in its memory.
+  const { default: pg } = await import("pg");
   const pool = new pg.Pool({
     connectionString: urlText,
     max: poolSize,
@@ -226,7 +228,7 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
     // The server-side timeout cannot fire when the database host is gone without a word.
     query_timeout: statementTimeoutMs + connectTimeoutMs,
     keepAlive: true,
-    types: pgTypes,
+    types: countsAsNumbers(pg.types),
   });
   // A connection that breaks (the database restarted, a backend terminated) reports an error on
   // its client, checked out or idle; without a listener that would end the process. The query
