@@ -5,7 +5,7 @@
 // request is answered only after its own write committed and the log holding it is on disk, so
 // nothing acknowledged can be lost.
 import { CompiledQuery, type Kysely, type Transaction } from "kysely";
-import { isLockConflict } from "./dialect.ts";
+import { isLockConflict, isPostgres } from "./dialect.ts";
 import type { Database } from "./schema.ts";
 
 type Work<T> = (trx: Transaction<Database>) => Promise<T>;
@@ -46,6 +46,8 @@ type Outcome = { value: unknown } | { error: unknown };
 export class WriteBatcher {
   readonly #db: Kysely<Database>;
   readonly #synced: () => Promise<void>;
+  /** on PostgreSQL, where other instances lock rows too, a group runs in lock-key order */
+  readonly #ordered: boolean;
   #pending: Pending[] = [];
   /** idle: nothing queued; open: a group collects writes; writing: its transaction runs */
   #state: "idle" | "open" | "writing" = "idle";
@@ -55,6 +57,7 @@ export class WriteBatcher {
   constructor(db: Kysely<Database>, synced: () => Promise<void>) {
     this.#db = db;
     this.#synced = synced;
+    this.#ordered = isPostgres(db);
   }
 
   /**
@@ -90,7 +93,8 @@ export class WriteBatcher {
   // while that sync is under way.
   async #flush(): Promise<void> {
     while (this.#pending.length > 0) {
-      const batch = this.#pending.splice(0).sort(byLockKey);
+      const batch = this.#pending.splice(0);
+      if (this.#ordered) batch.sort(byLockKey);
       let outcomes: Outcome[];
       try {
         outcomes = await this.#db.transaction().execute(async (trx) => {
@@ -130,8 +134,10 @@ export class WriteBatcher {
 }
 
 /**
- * The order a group's writes run in: those without a lock key first, in arrival order, then by
- * lock key. Every server process orders its groups alike, so two instances' transactions take the
+ * The order a group's writes run in on PostgreSQL: those without a lock key first, in arrival
+ * order, then by lock key. (SQLite has no row locks and one writer; there a group runs in arrival
+ * order, which keeps an event written after an endpoint's creation in the same group after it.)
+ * Every server process orders its groups alike, so two instances' transactions take the
  * rows that requests lock first (the same badges checking in on both) in the same order and do
  * not deadlock on them; a conflict over rows taken later is retried (LOCK_CONFLICT_RETRIES). The
  * sort is stable: one key's writes keep their arrival order.

@@ -156,6 +156,18 @@ function freePort(): Promise<number> {
 }
 
 describe("two write batchers on one database, as in two instances", () => {
+  it("runs a group's writes without a lock key first, in arrival order, then by lock key, one key's writes in arrival order", async () => {
+    const database = await createPostgresDatabase();
+    onTestFinished(() => database.drop());
+    const store = await openStore({ dataDir: dirs("ordered"), databaseUrl: database.url });
+    onTestFinished(() => store.close());
+    const writes = new WriteBatcher(store.db, store.logSynced);
+    const ran: string[] = [];
+    const queue = (name: string, lockKey?: string) => writes.run(async () => void ran.push(name), { lockKey });
+    await Promise.all([queue("c1", "device:c"), queue("plain1"), queue("a", "device:a"), queue("c2", "device:c"), queue("b", "device:b"), queue("plain2")]);
+    expect(ran).toEqual(["plain1", "plain2", "a", "b", "c1", "c2"]);
+  });
+
   it("runs again a write that PostgreSQL ended to break a deadlock between their groups, and every write commits once", async () => {
     const database = await createPostgresDatabase();
     onTestFinished(() => database.drop());
