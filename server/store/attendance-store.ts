@@ -53,19 +53,13 @@ export async function insertRecordIfAbsent(db: Db, row: RecordsTable): Promise<b
   return Number(result.numAffectedRows ?? 0n) > 0;
 }
 
-export async function findRecord(db: Db, livemode: Livemode, id: string) {
-  return recordById(db, livemode, id).executeTakeFirst();
-}
-
 /**
  * The record, locked until the transaction `trx` ends: a concurrent correction (from another
  * server process) waits, then reads the status this one leaves, so history entries chain.
  */
 export async function findRecordForUpdate(trx: Db, livemode: Livemode, id: string) {
-  return forUpdate(trx, recordById(trx, livemode, id)).executeTakeFirst();
+  return forUpdate(trx, trx.selectFrom("records").selectAll().where("livemode", "=", livemode).where("id", "=", id)).executeTakeFirst();
 }
-
-const recordById = (db: Db, livemode: Livemode, id: string) => db.selectFrom("records").selectAll().where("livemode", "=", livemode).where("id", "=", id);
 
 export async function updateRecordStatus(db: Db, id: string, status: string, now: string): Promise<void> {
   await db.updateTable("records").set({ status, updated_at: now }).where("id", "=", id).execute();
@@ -194,8 +188,10 @@ export const findEnrolments = compiledQuery((db: Db, livemode: Livemode, courseC
     .where("student_id", "in", studentIds),
 );
 
-/** Records among the given sessions and students: a superset the caller matches pair by pair. */
-/** The records of these sessions and students, locked until the transaction ends (as findRecordForUpdate). */
+/**
+ * Records among the given sessions and students, a superset the caller matches pair by pair;
+ * locked until the transaction ends (as findRecordForUpdate).
+ */
 export const findRecordsAmong = compiledQuery((db: Db, sessionIds: string[], studentIds: string[]) =>
   forUpdate(
     db,

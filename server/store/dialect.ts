@@ -19,9 +19,8 @@ export function forUpdate<DB, TB extends keyof DB, O>(db: Db, query: SelectQuery
 
 const UNAVAILABLE_NODE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH"]);
 // SQLSTATEs that say the database, not the query, failed: class 08 (connection exception),
-// admin or crash shutdown, starting up, too many connections, a statement or lock timeout, and a
-// transaction that lost to another's locks more often than the write batcher retries it.
-const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "57014", "55P03", "40P01", "40001"]);
+// admin or crash shutdown, starting up, too many connections, a statement or lock timeout.
+const UNAVAILABLE_SQLSTATES = new Set(["57P01", "57P02", "57P03", "53300", "57014", "55P03"]);
 // Deadlock detected, serialization failure: the statement was chosen to end a conflict with
 // another transaction (of this process or another instance); run again, it normally succeeds.
 const LOCK_CONFLICT_SQLSTATES = new Set(["40P01", "40001"]);
@@ -34,20 +33,22 @@ const UNAVAILABLE_MESSAGES = [
   "Connection ended",
 ];
 
+const codeOf = (error: unknown) => (typeof error === "object" && error !== null && typeof (error as { code?: unknown }).code === "string" ? (error as { code: string }).code : undefined);
+
 /**
- * Whether `error` says the database cannot answer now (gone, restarting, overloaded, too slow),
- * as opposed to a mistake in a query: worth a 503 and a retry, never a 500.
+ * Whether `error` says the database cannot answer now (gone, restarting, overloaded, too slow,
+ * or a lock conflict lost more often than the write batcher retries it), as opposed to a mistake
+ * in a query: worth a 503 and a retry, never a 500.
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
-  if (typeof error !== "object" || error === null) return false;
-  const { code, message } = error as { code?: unknown; message?: unknown };
-  if (typeof code === "string" && (UNAVAILABLE_NODE_CODES.has(code) || UNAVAILABLE_SQLSTATES.has(code) || code.startsWith("08"))) return true;
+  const code = codeOf(error);
+  if (code !== undefined && (UNAVAILABLE_NODE_CODES.has(code) || UNAVAILABLE_SQLSTATES.has(code) || LOCK_CONFLICT_SQLSTATES.has(code) || code.startsWith("08"))) return true;
+  const message = typeof error === "object" && error !== null ? (error as { message?: unknown }).message : undefined;
   return typeof message === "string" && UNAVAILABLE_MESSAGES.some((known) => message.startsWith(known));
 }
 
 /** Whether `error` is PostgreSQL ending a statement to break a lock conflict: worth running again. */
 export function isLockConflict(error: unknown): boolean {
-  if (typeof error !== "object" || error === null) return false;
-  const { code } = error as { code?: unknown };
-  return typeof code === "string" && LOCK_CONFLICT_SQLSTATES.has(code);
+  const code = codeOf(error);
+  return code !== undefined && LOCK_CONFLICT_SQLSTATES.has(code);
 }

@@ -82,9 +82,9 @@ const anEnabledEndpoint = compiledQuery((db: Db, livemode: Livemode) =>
 );
 
 /**
- * Per write transaction (a group of the write batcher, whose writes all write events): the modes
+ * For each open write transaction (a write batcher's group of many writes): whether a mode was
  * found to have no enabled endpoint, so a group asks once, not once per write. Writing an
- * endpoint in the transaction forgets them.
+ * endpoint in the transaction forgets the answers.
  */
 const endpointlessModes = new WeakMap<Db, Map<Livemode, boolean>>();
 
@@ -99,7 +99,7 @@ async function hasNoEnabledEndpoint(db: Db, livemode: Livemode): Promise<boolean
 
 /**
  * Writes events to the outbox; call in the transaction of the change they report. The delivery
- * worker fans an event out to the enabled endpoints of its mode that existed when it was
+ * worker fans an event out to the endpoints of its mode that were enabled when it was
  * written. On SQLite, an event of a mode with no enabled endpoint is written dispatched (at its
  * creation time): the worker then has no row to update, where it rewrote every event (a badge
  * sync writes 30) and its index entry in a transaction of its own. The check is exact there,

@@ -111,9 +111,9 @@ export class DeliveryWorker {
         this.#finished = [];
         // The busy share: busyRate deliveries a second, in ticks BUSY_TICK_INTERVAL_MS apart.
         const limit = busy ? Math.max(1, Math.round((this.#config.busyRate * BUSY_TICK_INTERVAL_MS) / 1000)) : Infinity;
-        const { fannedOut, claimed } = await this.#tick(finished, limit);
+        const { moreToFanOut, claimed } = await this.#tick(finished, limit);
         for (const { delivery, token } of claimed) void this.#attempt(delivery, token);
-        if (fannedOut === Math.min(FAN_OUT_BATCH, limit)) this.#pumpAgain = true;
+        if (moreToFanOut) this.#pumpAgain = true;
       } while (this.#pumpAgain && !this.#stopping);
       if (this.#stopping && this.#finished.length > 0) await this.#tick(this.#finished.splice(0));
       if (this.#inFlight === 0) this.#idle?.();
@@ -143,10 +143,12 @@ export class DeliveryWorker {
     const result = await this.#db.transaction().execute(async (trx) => {
       const now = new Date();
       if (finished.length > 0) await this.#record(trx, finished, now);
-      if (!claiming) return { fannedOut: 0, claimed: [] };
+      if (!claiming) return { moreToFanOut: false, claimed: [] };
       const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
-      const fannedOut = await this.#fanOut(trx, now, endpoints, Math.min(FAN_OUT_BATCH, limit));
-      return { fannedOut, claimed: await this.#claim(trx, now, endpoints, limit) };
+      const batch = Math.min(FAN_OUT_BATCH, limit);
+      // A full batch means more events may be waiting.
+      const moreToFanOut = (await this.#fanOut(trx, now, endpoints, batch)) === batch;
+      return { moreToFanOut, claimed: await this.#claim(trx, now, endpoints, limit) };
     });
     for (const { delivery } of result.claimed) {
       this.#inFlight++;
