@@ -19,6 +19,7 @@ import { releasesRoutes } from "./routes/releases-routes.ts";
 import { eventsRoutes } from "./routes/events-routes.ts";
 import { webhookEndpointsRoutes } from "./routes/webhook-endpoints-routes.ts";
 import { sessionsRoutes } from "./routes/sessions-routes.ts";
+import { cachedAuthenticator } from "./services/api-keys.ts";
 import { IdempotencyGate } from "./services/idempotency.ts";
 import type { WebhookContext } from "./services/webhook-endpoints.ts";
 import type { Store } from "./store/database.ts";
@@ -63,7 +64,8 @@ export async function createApp({ store, releases, logger, webhooks, hotRoutes =
   app.use("/api/badge/sync", wakeDeliveryAfterWrite);
 
   const appErrors = errorMiddleware(logger);
-  const auth = bearerAuth(store.db);
+  const authenticate = cachedAuthenticator(store.db, store.kind === "sqlite" ? store.dataVersion : undefined);
+  const auth = bearerAuth(authenticate);
   const json = jsonBody(MAX_BODY_BYTES);
   const v1 = express.Router();
   v1.use(auth);
@@ -77,7 +79,7 @@ export async function createApp({ store, releases, logger, webhooks, hotRoutes =
   app.use("/v1", v1);
   const badge = badgeRoutes({ db: store.db, writes, releases, logger }, appErrors);
   app.use(BADGE_PREFIX, badge.router);
-  app.use("/api/mcp", mcpRoutes({ db: store.db, codec, logger, logSynced: store.logSynced }));
+  app.use("/api/mcp", mcpRoutes({ db: store.db, codec, logger, logSynced: store.logSynced, authenticate }));
   app.use("/fleet", fleetPageRoutes());
 
   app.use(notFoundRoute);

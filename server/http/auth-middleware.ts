@@ -1,10 +1,8 @@
 // Bearer-token authentication for /v1 and /api/mcp. No cookies and no unauthenticated route:
 // every request either carries a valid key or gets 401; a key without the route's scope gets 403.
 import type { IncomingMessage } from "node:http";
-import type { Kysely } from "kysely";
 import { ApiError } from "../errors.ts";
-import { authenticate, type Principal, type Scope } from "../services/api-keys.ts";
-import type { Database } from "../store/schema.ts";
+import type { Authenticate, Principal, Scope } from "../services/api-keys.ts";
 import type { Next } from "./hot-routes.ts";
 
 // On node's request, so the hot routes (hot-routes.ts) and Express (whose Request extends it) share it.
@@ -19,7 +17,7 @@ const unauthenticated = (code: string, message: string) =>
     headers: { "WWW-Authenticate": 'Bearer realm="badgebench"' },
   });
 
-export function bearerAuth(db: Kysely<Database>) {
+export function bearerAuth(authenticate: Authenticate) {
   return async (req: IncomingMessage, _res: unknown, next: Next) => {
     const header = req.headers.authorization;
     if (!header) {
@@ -32,7 +30,7 @@ export function bearerAuth(db: Kysely<Database>) {
     if (match[1]!.startsWith("dtk_")) {
       throw unauthenticated("api_key_invalid", "Device tokens open the badge endpoints only; /v1 and /api/mcp take an API key.");
     }
-    const principal = await authenticate(db, match[1]!);
+    const principal = await authenticate(match[1]!);
     if (!principal) throw unauthenticated("api_key_invalid", "Invalid or revoked API key.");
     req.principal = principal;
     next();

@@ -14,7 +14,7 @@ import type { CursorCodec } from "../cursor.ts";
 import { ApiError } from "../errors.ts";
 import { bearerAuth, principalOf } from "../http/auth-middleware.ts";
 import { clientMistakeOf, databaseUnavailableOf } from "../http/error-middleware.ts";
-import type { Principal, Scope } from "../services/api-keys.ts";
+import type { Authenticate, Principal, Scope } from "../services/api-keys.ts";
 import type { Database } from "../store/schema.ts";
 import { firstIssue, JSON_RPC, JsonRpcFailure, readMessage, type JsonRpcRequest } from "./json-rpc.ts";
 import { buildMcpServer } from "./mcp-server.ts";
@@ -90,7 +90,14 @@ function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map
  * tool's commit is outside the group commit, so its answer waits for it, as every acknowledged
  * write does; reading tools answer at once.
  */
-export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logger: Logger; logSynced: () => Promise<void> }): Router {
+export function mcpRoutes(deps: {
+  db: Kysely<Database>;
+  codec: CursorCodec;
+  logger: Logger;
+  logSynced: () => Promise<void>;
+  /** the server's API-key authentication, shared with /v1 (and its cache with it) */
+  authenticate: Authenticate;
+}): Router {
   const tools = pipelineTools(deps.codec);
   const toolsByName = new Map(tools.map((tool) => [tool.name, tool]));
   const router = Router();
@@ -118,7 +125,7 @@ export function mcpRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; logg
     }
   }
 
-  router.use(bearerAuth(deps.db));
+  router.use(bearerAuth(deps.authenticate));
   router.post("/", express.raw({ type: () => true, limit: MCP_MAX_BODY_BYTES }), async (req, res) => {
     const principal = principalOf(req);
     requireScope(principal, READ_SCOPE, null, "the tool endpoint");

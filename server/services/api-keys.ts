@@ -101,6 +101,7 @@ export async function createApiKey(
       revoked_at: null,
     };
     await keysStore.insertApiKey(trx, row);
+    keysWrittenHere += 1;
     return { ...toView({ ...row, user_name: user.name }), secret };
   });
 }
@@ -111,6 +112,7 @@ export async function listApiKeys(db: Kysely<Database>): Promise<ApiKeyView[]> {
 
 export async function revokeApiKey(db: Kysely<Database>, id: string): Promise<ApiKeyView> {
   const row = await keysStore.revokeApiKey(db, id, new Date().toISOString());
+  keysWrittenHere += 1;
   if (!row) throw new ApiKeyError(`no API key with id ${id}`);
   return toView(row);
 }
@@ -128,4 +130,47 @@ export async function authenticate(db: Kysely<Database>, token: string): Promise
     for (const implied of IMPLIED[scope] ?? []) scopes.add(implied);
   }
   return { keyId: row.id, livemode: row.livemode, scopes, user: { id: row.user_id, name: row.user_name } };
+}
+
+export type Authenticate = (token: string) => Promise<Principal | undefined>;
+
+/** How many tokens' principals a server keeps; past it the cache starts again empty. */
+export const PRINCIPAL_CACHE_SIZE = 1000;
+
+/** API-key writes through this process (createApiKey, revokeApiKey), on any connection. */
+let keysWrittenHere = 0;
+
+/**
+ * `authenticate` with recent tokens' principals kept in memory while nothing could have changed
+ * them: a lookup is a read transaction of its own plus two hashes, a large share of a small
+ * write's cost. The cache is emptied when `dataVersion` (SQLite's data_version: another
+ * connection or process, such as `badgebench keys revoke`, committed) or this process's own
+ * API-key writes say something changed, so a revoked key is refused from the next request on,
+ * as without the cache. Without `dataVersion` (PostgreSQL, where other instances write unseen)
+ * every request looks its key up. Only keys that authenticated are kept, so unknown tokens
+ * cannot fill it.
+ */
+export function cachedAuthenticator(db: Kysely<Database>, dataVersion: (() => number) | undefined): Authenticate {
+  if (!dataVersion) return (token) => authenticate(db, token);
+  const principals = new Map<string, Principal>();
+  let seenVersion = dataVersion();
+  let seenWrites = keysWrittenHere;
+  return async (token) => {
+    const version = dataVersion();
+    if (version !== seenVersion || keysWrittenHere !== seenWrites) {
+      principals.clear();
+      seenVersion = version;
+      seenWrites = keysWrittenHere;
+    }
+    const cached = principals.get(token);
+    if (cached) return cached;
+    const writesBefore = keysWrittenHere;
+    const principal = await authenticate(db, token);
+    // A key written while the lookup waited may have been read before the write: not kept.
+    if (principal && keysWrittenHere === writesBefore) {
+      if (principals.size >= PRINCIPAL_CACHE_SIZE) principals.clear();
+      principals.set(token, principal);
+    }
+    return principal;
+  };
 }

@@ -69,7 +69,18 @@ interface StoreBase {
   close(): Promise<void>;
 }
 
-export type Store = (StoreBase & { kind: "sqlite"; file: string }) | (StoreBase & { kind: "postgres"; file?: undefined });
+export type Store = (StoreBase & SqliteParts) | (StoreBase & { kind: "postgres"; file?: undefined });
+
+interface SqliteParts {
+  kind: "sqlite";
+  file: string;
+  /**
+   * SQLite's `PRAGMA data_version` on the store's connection: it differs from the previous
+   * call's value when another connection (an admin command, another process) has committed
+   * since. PostgreSQL has no such signal: its other instances' commits leave no local trace.
+   */
+  dataVersion(): number;
+}
 
 /** The SQLite file of a store opened without a database URL (for the tools that read the file itself). */
 export function sqliteFileOf(store: Store): string {
@@ -160,7 +171,9 @@ async function openSqliteStore(options: StoreOptions): Promise<Store> {
   sqlite.pragma("foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
   await migrated(db);
-  if (!options.serving) return { kind: "sqlite", db, file, logSynced: synced, close: () => db.destroy() };
+  const dataVersionStatement = sqlite.prepare("pragma data_version").pluck();
+  const dataVersion = () => dataVersionStatement.get() as number;
+  if (!options.serving) return { kind: "sqlite", db, file, dataVersion, logSynced: synced, close: () => db.destroy() };
   sqlite.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
   // Each write of a group runs under a savepoint (write-batcher.ts), and SQLite copies every page
   // a write changes into the savepoint's journal; past 64 KiB that journal is a temporary file,
@@ -176,6 +189,7 @@ async function openSqliteStore(options: StoreOptions): Promise<Store> {
     kind: "sqlite",
     db,
     file,
+    dataVersion,
     logSynced: log === undefined ? synced : () => log.datasync(),
     async close() {
       await checkpointer.stop();

@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey, revokeApiKey } from "../../server/services/api-keys.ts";
+import { revokeApiKey as revokeStoredKey } from "../../server/store/api-keys-store.ts";
+import { openStore } from "../../server/store/database.ts";
 import { mark, startHarness, type Harness } from "./harness.ts";
 
 let h: Harness;
@@ -34,6 +36,24 @@ describe("bearer authentication", () => {
     const res = await h.request("GET", "/v1/sessions", { key: key.secret });
     expect(res.status).toBe(401);
     expect(res.body.error.code).toBe("api_key_invalid");
+  });
+
+  it("answers 401 for a key revoked by another process from the next request on", async () => {
+    const key = await createApiKey(h.server.store.db, { mode: "test", scopes: ["attendance:read"] });
+    expect((await h.request("GET", "/v1/sessions", { key: key.secret })).status).toBe(200);
+    expect((await h.request("GET", "/v1/sessions", { key: key.secret })).status).toBe(200);
+    // What `badgebench keys revoke` does, on a connection of its own.
+    const other = await openStore({ ...h.storeOptions, sync: "normal" });
+    try {
+      expect(await revokeStoredKey(other.db, key.id, new Date().toISOString())).toMatchObject({ id: key.id });
+    } finally {
+      await other.close();
+    }
+    for (const route of ["/v1/sessions", "/v1/attendance"]) {
+      const res = await h.request("GET", route, { key: key.secret });
+      expect(res.status).toBe(401);
+      expect(res.body.error.code).toBe("api_key_invalid");
+    }
   });
 
   it("stores only a hash of the secret", async () => {
