@@ -94,5 +94,6 @@ export async function createApp({ store, releases, logger, webhooks, hotRoutes =
     steps: [wakeDeliveryAfterWrite, auth, json, ...createRecordSteps(deps)],
     onError: [appErrors],
   };
-  return { handler: withHotRoutes([create, badge.check], app), gate };
+  const sync: HotRoute = { ...badge.sync, steps: [wakeDeliveryAfterWrite, ...badge.sync.steps] };
+  return { handler: withHotRoutes([create, badge.check, sync], app), gate };
 }

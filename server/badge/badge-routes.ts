@@ -18,14 +18,15 @@ import { badgeSync } from "./sync.ts";
 export const BADGE_PREFIX = "/api/badge";
 
 /**
- * The router mounted at BADGE_PREFIX, and the OTA check as a hot route (http/hot-routes.ts):
- * the same device auth, body parser, handler and error middleware, in the router's order.
- * `appErrors` is the app's error middleware, where Express sends what the badge one throws.
+ * The router mounted at BADGE_PREFIX, and the OTA check and the sync as hot routes
+ * (http/hot-routes.ts): the same device auth, body parser, handler and error middleware, in the
+ * router's order. `appErrors` is the app's error middleware, where Express sends what the badge
+ * one throws.
  */
 export function badgeRoutes(
   deps: { db: Kysely<Database>; writes: WriteBatcher; releases: ReleaseStore; logger: Logger },
   appErrors: ErrorStep,
-): { router: Router; check: HotRoute } {
+): { router: Router; check: HotRoute; sync: HotRoute } {
   const router = Router();
   const { writes } = deps;
   const auth = deviceAuth(deps.db);
@@ -35,10 +36,16 @@ export function badgeRoutes(
   router.use(auth);
   router.post("/ota/check", text, check);
   router.get("/ota/download", otaDownload(writes, deps.releases, deps.logger));
-  router.post("/sync", text, badgeSync(writes));
+  const sync = badgeSync(writes);
+  router.post("/sync", text, sync);
   router.use((req) => {
     throw new BadgeError(404, "route_unknown", `no badge endpoint ${req.method} ${req.path}`);
   });
   router.use(errors);
-  return { router, check: { method: "POST", path: `${BADGE_PREFIX}/ota/check`, steps: [auth, text, check], onError: [errors, appErrors] } };
+  const onError = [errors, appErrors];
+  return {
+    router,
+    check: { method: "POST", path: `${BADGE_PREFIX}/ota/check`, steps: [auth, text, check], onError },
+    sync: { method: "POST", path: `${BADGE_PREFIX}/sync`, steps: [auth, text, sync], onError },
+  };
 }

@@ -12,7 +12,7 @@
 // A replayed sync (the response was lost and the badge sends the same lines again) changes
 // nothing: a tap is identified by badge, card and second and answered as it was the first
 // time; a report equal to the badge's last one, with no download since, is not stored again.
-import type { Request, Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Transaction } from "kysely";
 import { parseVersion, type ResponseLine } from "../../firmware/index.ts";
 import { newId } from "../ids.ts";
@@ -248,7 +248,7 @@ async function storeReport(trx: Transaction<Database>, device: DeviceRow, report
 }
 
 export function badgeSync(writes: WriteBatcher) {
-  return async (req: Request, res: Response) => {
+  return async (req: IncomingMessage, res: ServerResponse) => {
     const device = deviceOf(req);
     const request = parseBadgeRequest(req.body, ["tap"]);
     const taps = parseTaps(request.repeated.get("tap") ?? []);

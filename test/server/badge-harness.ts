@@ -13,6 +13,7 @@ import type { ReleaseStore, ReleaseStoreKind } from "../../server/releases/relea
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { createDevice } from "../../server/services/devices.ts";
 import { importSchool } from "../../server/services/school-import.ts";
+import type { WebhookConfig } from "../../server/webhooks/webhook-config.ts";
 import { createTestDatabase } from "./test-database.ts";
 
 export const DEV_WIFI_PASSWORD = "correct-horse-dev-wifi";
@@ -50,7 +51,7 @@ export interface BadgeHarness {
 }
 
 /** `releases`: where the server keeps releases (by default as files, SQLite's default). */
-export async function startBadgeHarness(options: { releases?: ReleaseStoreKind } = {}): Promise<BadgeHarness> {
+export async function startBadgeHarness(options: { releases?: ReleaseStoreKind; webhooks?: Partial<WebhookConfig> } = {}): Promise<BadgeHarness> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-badge-"));
   const database = await createTestDatabase();
   const server = await startServer({
@@ -61,6 +62,7 @@ export async function startBadgeHarness(options: { releases?: ReleaseStoreKind }
     sync: "normal",
     logger: pino({ level: "silent" }),
     releases: options.releases,
+    webhooks: options.webhooks,
   });
   const db = server.store.db;
   const now = Date.now();
