@@ -70,6 +70,9 @@ function toView(row: keysStore.ApiKeyRow): ApiKeyView {
   };
 }
 
+/** API-key writes through this process (createApiKey, revokeApiKey), on any connection: see cachedAuthenticator. */
+let keysWrittenHere = 0;
+
 export class ApiKeyError extends Error {
   override name = "ApiKeyError";
 }
@@ -118,7 +121,7 @@ export async function revokeApiKey(db: Kysely<Database>, id: string): Promise<Ap
 }
 
 /** The principal a bearer token stands for, or undefined for an unknown or revoked key. */
-export async function authenticate(db: Kysely<Database>, token: string): Promise<Principal | undefined> {
+async function authenticate(db: Kysely<Database>, token: string): Promise<Principal | undefined> {
   const match = /^sk_(test|live)_/.exec(token);
   if (!match) return undefined;
   const row = await keysStore.findApiKeyByLookup(db, lookupOf(match[0], token));
@@ -136,9 +139,6 @@ export type Authenticate = (token: string) => Promise<Principal | undefined>;
 
 /** How many tokens' principals a server keeps; past it the cache starts again empty. */
 export const PRINCIPAL_CACHE_SIZE = 1000;
-
-/** API-key writes through this process (createApiKey, revokeApiKey), on any connection. */
-let keysWrittenHere = 0;
 
 /**
  * `authenticate` with recent tokens' principals kept in memory while nothing could have changed
