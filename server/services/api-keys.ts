@@ -70,9 +70,6 @@ function toView(row: keysStore.ApiKeyRow): ApiKeyView {
   };
 }
 
-/** API-key writes through this process (createApiKey, revokeApiKey), on any connection: see cachedAuthenticator. */
-let keysWrittenHere = 0;
-
 export class ApiKeyError extends Error {
   override name = "ApiKeyError";
 }
@@ -104,7 +101,6 @@ export async function createApiKey(
       revoked_at: null,
     };
     await keysStore.insertApiKey(trx, row);
-    keysWrittenHere += 1;
     return { ...toView({ ...row, user_name: user.name }), secret };
   });
 }
@@ -115,7 +111,6 @@ export async function listApiKeys(db: Kysely<Database>): Promise<ApiKeyView[]> {
 
 export async function revokeApiKey(db: Kysely<Database>, id: string): Promise<ApiKeyView> {
   const row = await keysStore.revokeApiKey(db, id, new Date().toISOString());
-  keysWrittenHere += 1;
   if (!row) throw new ApiKeyError(`no API key with id ${id}`);
   return toView(row);
 }
@@ -145,29 +140,29 @@ export const PRINCIPAL_CACHE_SIZE = 1000;
  * them: a lookup is a read transaction of its own plus two hashes, a large share of a small
  * write's cost. The cache is emptied when `dataVersion` (SQLite's data_version: another
  * connection or process, such as `badgebench keys revoke`, committed) or this process's own
- * API-key writes say something changed, so a revoked key is refused from the next request on,
- * as without the cache. Without `dataVersion` (PostgreSQL, where other instances write unseen)
- * every request looks its key up. Only keys that authenticated are kept, so unknown tokens
- * cannot fill it.
+ * writes to api_keys (apiKeyWrites, on any connection) say something changed, so a revoked key
+ * is refused from the next request on, as without the cache. Without `dataVersion` (PostgreSQL,
+ * where other instances write unseen) every request looks its key up. Only keys that
+ * authenticated are kept, so unknown tokens cannot fill it.
  */
 export function cachedAuthenticator(db: Kysely<Database>, dataVersion: (() => number) | undefined): Authenticate {
   if (!dataVersion) return (token) => authenticate(db, token);
   const principals = new Map<string, Principal>();
   let seenVersion = dataVersion();
-  let seenWrites = keysWrittenHere;
+  let seenWrites = keysStore.apiKeyWrites();
   return async (token) => {
     const version = dataVersion();
-    if (version !== seenVersion || keysWrittenHere !== seenWrites) {
+    const writes = keysStore.apiKeyWrites();
+    if (version !== seenVersion || writes !== seenWrites) {
       principals.clear();
       seenVersion = version;
-      seenWrites = keysWrittenHere;
+      seenWrites = writes;
     }
     const cached = principals.get(token);
     if (cached) return cached;
-    const writesBefore = keysWrittenHere;
     const principal = await authenticate(db, token);
     // A key written while the lookup waited may have been read before the write: not kept.
-    if (principal && keysWrittenHere === writesBefore) {
+    if (principal && keysStore.apiKeyWrites() === writes) {
       if (principals.size >= PRINCIPAL_CACHE_SIZE) principals.clear();
       principals.set(token, principal);
     }

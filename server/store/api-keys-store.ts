@@ -13,7 +13,14 @@ export async function findOrCreateUser(db: Db, name: string, newUserId: () => st
   return { id: user.id, name: user.name };
 }
 
+/** Every write to api_keys goes through this module; a cache of keys asks whether any ran (`apiKeyWrites`). */
+let writes = 0;
+
+/** How many writes to api_keys this process has made, on any connection (they change what a key authenticates). */
+export const apiKeyWrites = (): number => writes;
+
 export async function insertApiKey(db: Db, row: ApiKeysTable): Promise<void> {
+  writes += 1;
   await db.insertInto("api_keys").values(row).execute();
 }
 
@@ -35,6 +42,7 @@ export async function listApiKeys(db: Db): Promise<ApiKeyRow[]> {
 }
 
 export async function revokeApiKey(db: Db, id: string, now: string): Promise<ApiKeyRow | undefined> {
+  writes += 1;
   await db.updateTable("api_keys").set({ revoked_at: now }).where("id", "=", id).where("revoked_at", "is", null).execute();
   return withUser(db).where("api_keys.id", "=", id).executeTakeFirst();
 }
