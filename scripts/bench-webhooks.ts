@@ -105,6 +105,7 @@ async function main(): Promise<void> {
   const rate = positiveInt("rate", values.rate);
   const sync: SyncMode = syncModeOf(values.sync);
   const started = performance.now();
+  const loadBefore = os.loadavg().map((x) => round(x));
 
   await withTempDir("badgebench-bench-webhooks-", async (tmp) => {
     const dataDir = path.join(tmp, "data");
@@ -227,7 +228,7 @@ async function main(): Promise<void> {
       const flatOut = await fanOut(events, undefined);
       const paced = await fanOut(events, rate);
       const report = {
-        machine: { cpus: os.cpus().length, node: process.version, note: "shared with other jobs while measured" },
+        machine: { cpus: os.cpus().length, node: process.version, loadavg_before: loadBefore, loadavg_after: os.loadavg().map((x) => round(x)) },
         command: commandLine("bench-webhooks.ts"),
         sync,
         create: {
@@ -283,7 +284,7 @@ function printReport(r: any): void {
   const ok = (pass: boolean) => (pass ? "ok" : "MISSED");
   const c = r.create;
   const lines = [
-    `badgebench webhook benchmark: ${r.machine.cpus} CPUs (${r.machine.note}), node ${r.machine.node}, --sync ${r.sync}, total ${r.total_seconds} s`,
+    `badgebench webhook benchmark: ${r.machine.cpus} CPUs, node ${r.machine.node}, load average ${r.machine.loadavg_before.join(" ")} before, ${r.machine.loadavg_after.join(" ")} after, --sync ${r.sync}, total ${r.total_seconds} s`,
     `  ${r.command}`,
     "",
     `1. create throughput  POST /v1/attendance, ${c.connections} connections, ${c.duration_s} s per round, ${c.rounds} alternating rounds, medians`,
@@ -291,7 +292,6 @@ function printReport(r: any): void {
     `   ${ENDPOINTS} endpoints receiving ${c.with_endpoints.rps} req/s  p50 ${c.with_endpoints.p50_ms} ms  p99 ${c.with_endpoints.p99_ms} ms  (rounds ${c.rounds_rps.with.join(", ")})`,
     `   server CPU per create: ${c.without_endpoints.server_cpu_us} us disabled, ${c.with_endpoints.server_cpu_us} us receiving (medians of the rounds, all its threads)`,
     `   ratio ${c.ratio} (target above ${c.target_ratio}) ${ok(c.ratio > c.target_ratio)}`,
-    "",
     ...[r.fan_out.flat_out, r.fan_out.paced].flatMap((f: any, i: number) => [
       "",
       `${i + 2}. fan-out ${f.rate_per_second ? `paced at ${f.rate_per_second} events/s` : "flat out"}: ${f.events} events x ${f.endpoints} endpoints = ${f.deliveries} deliveries (creates took ${f.creates_seconds} s)`,
