@@ -5,8 +5,18 @@
 // busyRate) and the backlog, safe in the outbox, is sent at full speed once the load eases.
 import { performance, type EventLoopUtilization } from "node:perf_hooks";
 
-/** How much of the event loop's time, over one window, counts as busy. */
+/** How much of the event loop's time, over a window where deliveries ran free, makes the server busy. */
 export const BUSY_UTILIZATION = 0.85;
+/**
+ * How much of the event loop's time, over a busy window (deliveries at their small share), keeps
+ * the server busy. Lower than BUSY_UTILIZATION because what fills that window is the requests'
+ * own work, and requests that use half the loop are a load deliveries at full speed would slow
+ * (they cost several times the writes that cause them). It is also what keeps a server saturated
+ * by requests busy: it has idle moments of its own (waiting for the log's sync with
+ * `--sync full`), and a single window that dipped below BUSY_UTILIZATION let deliveries run free
+ * for FREE_MS, at the requests' expense.
+ */
+export const STAY_BUSY_UTILIZATION = 0.5;
 /** The window over which the loop's utilization is measured. */
 export const LOAD_WINDOW_MS = 100;
 /** How long a window that showed the requests leaving time to spare lets deliveries run free. */
@@ -21,8 +31,9 @@ export interface LoadSignal {
  * The loop's utilization counts the deliveries' own work too: a backlog sent at full speed fills
  * the loop whatever the requests need. So a full loop with requests arriving only makes the
  * server busy for the next window, in which deliveries step back to their small share; that
- * window measures what the requests alone take. If they fill it, the server stays busy (window
- * by window); if not, deliveries run free for FREE_MS before the next look.
+ * window measures what the requests alone take. If they use at least STAY_BUSY_UTILIZATION of
+ * it, the server stays busy (window by window); if not, deliveries run free for FREE_MS before
+ * the next look.
  */
 export class ServerLoad implements LoadSignal {
   readonly #windowMs: number;
@@ -47,7 +58,8 @@ export class ServerLoad implements LoadSignal {
     const now = performance.now();
     if (now - this.#windowStart >= this.#windowMs) {
       const { utilization } = performance.eventLoopUtilization(this.#mark);
-      const full = this.#lastRequestAt >= this.#windowStart && utilization >= BUSY_UTILIZATION;
+      const threshold = this.#busy ? STAY_BUSY_UTILIZATION : BUSY_UTILIZATION;
+      const full = this.#lastRequestAt >= this.#windowStart && utilization >= threshold;
       if (this.#busy && !full) this.#freeUntil = now + this.#freeMs;
       this.#busy = full && now >= this.#freeUntil;
       this.#mark = performance.eventLoopUtilization();

@@ -46,6 +46,30 @@ describe("the server's load signal", () => {
     expect(load.busy()).toBe(false); // requests with time to spare
   });
 
+  // Three quarters of a window working: the pause can only stretch, which lowers the share.
+  const threeQuarterWindow = async (load: ServerLoad) => {
+    load.noteRequest();
+    await pause(15);
+    spin(45);
+    return load.busy();
+  };
+
+  it("stays busy while the requests alone use more than half the loop, though it idles between them", async () => {
+    const load = new ServerLoad({ windowMs: 50, freeMs: 200 });
+    expect(busyWindow(load)).toBe(true);
+    // A server saturated by creates with --sync full idles while the log syncs; one such window
+    // must not let deliveries run free at the requests' expense.
+    expect(await threeQuarterWindow(load)).toBe(true);
+    expect(await threeQuarterWindow(load)).toBe(true);
+  });
+
+  it("is not made busy by a window the loop was working only three quarters of", async () => {
+    const load = new ServerLoad({ windowMs: 50, freeMs: 200 });
+    await pause(60);
+    expect(load.busy()).toBe(false);
+    expect(await threeQuarterWindow(load)).toBe(false);
+  });
+
   it("is not busy when the loop is kept full without requests (a backlog draining)", () => {
     const load = new ServerLoad({ windowMs: 50 });
     spin(60);
