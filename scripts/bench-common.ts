@@ -13,8 +13,18 @@ import type { SyncMode } from "../server/store/database.ts";
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** The production server, built by `npm run build` (esbuild) as `npm start` does. */
 export const SERVER_BUNDLE = path.join(ROOT, "dist", "serve.js");
+/** The node options `npm start` runs the bundle with, read from package.json's start script. */
+export const SERVER_NODE_OPTIONS = startScriptNodeOptions();
 /** The full command line (`npx badgebench`), run through tsx. */
 export const CLI = path.join(ROOT, "scripts", "badgebench.js");
+
+function startScriptNodeOptions(): string[] {
+  const start: string = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start;
+  const words = start.split(/\s+/);
+  const bundle = words.indexOf("dist/serve.js");
+  if (words[0] !== "node" || bundle < 0) throw new Error(`package.json's start script no longer runs node dist/serve.js: ${start}`);
+  return words.slice(1, bundle);
+}
 
 export function log(message: string): void {
   // Progress goes to stderr so that `--json` leaves exactly one object on stdout.
@@ -109,7 +119,7 @@ export function spawnBadgebench(dataDir: string, sync: SyncMode, options: { cpuP
     execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
     built = true;
   }
-  const nodeArgs = options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [];
+  const nodeArgs = [...SERVER_NODE_OPTIONS, ...(options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [])];
   const database = options.databaseUrl === undefined ? [] : ["--database", options.databaseUrl];
   return spawnServer([...nodeArgs, SERVER_BUNDLE, "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync, ...database], { LOG_LEVEL: "warn" });
 }
