@@ -13,11 +13,10 @@ import type { SyncMode } from "../server/store/database.ts";
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** The production server, built by `npm run build` (esbuild) as `npm start` does. */
 export const SERVER_BUNDLE = path.join(ROOT, "dist", "serve.js");
-/** The node options `npm start` runs the bundle with, read from package.json's start script. */
-export const SERVER_NODE_OPTIONS = startScriptNodeOptions();
 /** The full command line (`npx badgebench`), run through tsx. */
 export const CLI = path.join(ROOT, "scripts", "badgebench.js");
 
+/** The node options `npm start` runs the bundle with, read from package.json's start script. */
 function startScriptNodeOptions(): string[] {
   const start: string = JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")).scripts.start;
   const words = start.split(/\s+/);
@@ -45,6 +44,25 @@ export function median(samples: number[]): number {
 }
 
 export const round = (value: number, digits = 2) => Number(value.toFixed(digits));
+
+/** The machine a benchmark ran on, with the load average before it (`loadAverage()` then) and after. */
+export interface Machine {
+  cpus: number;
+  node: string;
+  loadavg_before: number[];
+  loadavg_after: number[];
+}
+
+export const loadAverage = (): number[] => os.loadavg().map((x) => round(x));
+
+/** Call when the measurements are over. */
+export function machine(loadBefore: number[]): Machine {
+  return { cpus: os.cpus().length, node: process.version, loadavg_before: loadBefore, loadavg_after: loadAverage() };
+}
+
+export function describeMachine(m: Machine): string {
+  return `${m.cpus} CPUs, node ${m.node}, load average ${m.loadavg_before.join(" ")} before, ${m.loadavg_after.join(" ")} after`;
+}
 
 /** The command line that reproduces this run, for the report. */
 export function commandLine(script: string): string {
@@ -107,6 +125,7 @@ export async function stopServer(child: ChildProcess): Promise<void> {
 }
 
 let built = false;
+let serverNodeOptions: string[] | undefined;
 
 /**
  * The badgebench server in its own process, built and started as `npm start` starts it (the
@@ -119,7 +138,8 @@ export function spawnBadgebench(dataDir: string, sync: SyncMode, options: { cpuP
     execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: ["ignore", "ignore", "inherit"] });
     built = true;
   }
-  const nodeArgs = [...SERVER_NODE_OPTIONS, ...(options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [])];
+  serverNodeOptions ??= startScriptNodeOptions();
+  const nodeArgs = [...serverNodeOptions, ...(options.cpuProfDir ? ["--cpu-prof", "--cpu-prof-dir", options.cpuProfDir] : [])];
   const database = options.databaseUrl === undefined ? [] : ["--database", options.databaseUrl];
   return spawnServer([...nodeArgs, SERVER_BUNDLE, "--port", "0", "--host", "127.0.0.1", "--data", dataDir, "--sync", sync, ...database], { LOG_LEVEL: "warn" });
 }

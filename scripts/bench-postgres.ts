@@ -20,7 +20,6 @@ import { execFileSync, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
-import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import pg from "pg";
@@ -30,6 +29,10 @@ import { benchReads, closeReadsAgent, type PaginationResult, type RollResult } f
 import { badgeStatusLines, prepareBadgeBench, type BadgeBench } from "./bench-badge-setup.ts";
 import {
   commandLine,
+  describeMachine,
+  loadAverage,
+  machine,
+  type Machine,
   load,
   log,
   positiveInt,
@@ -325,7 +328,7 @@ async function benchSetup(setup: Setup, dir: string, url: string | undefined, se
 
 interface Report {
   figure: "postgres";
-  machine: { cpus: number; node: string; loadavg_before: number[]; loadavg_after: number[] };
+  machine: Machine;
   connections: number;
   duration_s: number;
   warmup_s: number;
@@ -341,7 +344,7 @@ interface Report {
 
 function printTable(r: Report): void {
   const lines: string[] = [];
-  lines.push(`badgebench PostgreSQL benchmark: ${r.machine.cpus} CPUs, node ${r.machine.node}, load average ${r.machine.loadavg_before.join(" ")} before, ${r.machine.loadavg_after.join(" ")} after`);
+  lines.push(`badgebench PostgreSQL benchmark: ${describeMachine(r.machine)}`);
   lines.push(`autocannon ${r.connections} connections (split over the instances), ${r.duration_s} s after ${r.warmup_s} s warm-up; sync ${TAPS_PER_SYNC} taps a request, ${SYNC_CONCURRENCY} in flight`);
   lines.push("");
   const cell = (x: RateResult, unit: string) =>
@@ -387,7 +390,7 @@ async function main(): Promise<void> {
   dropDatabasesOnExit(postgres);
 
   const started = performance.now();
-  const loadBefore = os.loadavg().map((x) => round(x));
+  const loadBefore = loadAverage();
   try {
     const report = await withTempDir("badgebench-bench-pg-", async (tmp) => {
       const setups: SetupResult[] = [];
@@ -400,7 +403,7 @@ async function main(): Promise<void> {
       const [, one, two] = setups as [SetupResult, SetupResult, SetupResult];
       const result: Report = {
         figure: "postgres",
-        machine: { cpus: os.cpus().length, node: process.version, loadavg_before: loadBefore, loadavg_after: os.loadavg().map((x) => round(x)) },
+        machine: machine(loadBefore),
         connections: settings.connections,
         duration_s: settings.durationS,
         warmup_s: settings.warmupS,

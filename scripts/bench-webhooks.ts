@@ -14,7 +14,6 @@
 // (--cpu-prof: the server writes a .cpuprofile into DIR when it stops)
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import os from "node:os";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
@@ -23,6 +22,9 @@ import { importSchool, type SchoolFile } from "../server/services/school-import.
 import { openStore, type SyncMode } from "../server/store/database.ts";
 import {
   commandLine,
+  describeMachine,
+  loadAverage,
+  machine,
   load,
   log,
   MiB,
@@ -105,7 +107,7 @@ async function main(): Promise<void> {
   const rate = positiveInt("rate", values.rate);
   const sync: SyncMode = syncModeOf(values.sync);
   const started = performance.now();
-  const loadBefore = os.loadavg().map((x) => round(x));
+  const loadBefore = loadAverage();
 
   await withTempDir("badgebench-bench-webhooks-", async (tmp) => {
     const dataDir = path.join(tmp, "data");
@@ -228,7 +230,7 @@ async function main(): Promise<void> {
       const flatOut = await fanOut(events, undefined);
       const paced = await fanOut(events, rate);
       const report = {
-        machine: { cpus: os.cpus().length, node: process.version, loadavg_before: loadBefore, loadavg_after: os.loadavg().map((x) => round(x)) },
+        machine: machine(loadBefore),
         command: commandLine("bench-webhooks.ts"),
         sync,
         create: {
@@ -284,7 +286,7 @@ function printReport(r: any): void {
   const ok = (pass: boolean) => (pass ? "ok" : "MISSED");
   const c = r.create;
   const lines = [
-    `badgebench webhook benchmark: ${r.machine.cpus} CPUs, node ${r.machine.node}, load average ${r.machine.loadavg_before.join(" ")} before, ${r.machine.loadavg_after.join(" ")} after, --sync ${r.sync}, total ${r.total_seconds} s`,
+    `badgebench webhook benchmark: ${describeMachine(r.machine)}, --sync ${r.sync}, total ${r.total_seconds} s`,
     `  ${r.command}`,
     "",
     `1. create throughput  POST /v1/attendance, ${c.connections} connections, ${c.duration_s} s per round, ${c.rounds} alternating rounds, medians`,

@@ -10,11 +10,9 @@ export const BUSY_UTILIZATION = 0.85;
 /**
  * How much of the event loop's time, over a busy window (deliveries at their small share), keeps
  * the server busy. Lower than BUSY_UTILIZATION because what fills that window is the requests'
- * own work, and requests that use half the loop are a load deliveries at full speed would slow
- * (they cost several times the writes that cause them). It is also what keeps a server saturated
- * by requests busy: it has idle moments of its own (waiting for the log's sync with
- * `--sync full`), and a single window that dipped below BUSY_UTILIZATION let deliveries run free
- * for FREE_MS, at the requests' expense.
+ * own work: requests using half the loop are a load that deliveries at full speed would slow,
+ * and a server saturated by requests still has idle moments (waiting for the log's sync with
+ * `--sync full`) that must not let deliveries run free.
  */
 export const STAY_BUSY_UTILIZATION = 0.5;
 /** The window over which the loop's utilization is measured. */
