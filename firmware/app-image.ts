@@ -4,6 +4,7 @@
 import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
 import { hasControlCharacter } from "./line-codec.ts";
+import { MAX_TRUSTED_KEYS, PUBLIC_KEY_BYTES, trustedKeyStrings } from "./signature.ts";
 
 export const IMAGE_MAGIC = 0xe9;
 export const APP_DESC_MAGIC = 0xabcd5432;
@@ -258,6 +259,8 @@ export interface BuildImageOptions {
   chipId?: number;
   /** Append the SHA-256 digest (default true), as ESP-IDF and Arduino builds do. */
   hashAppended?: boolean;
+  /** Raw Ed25519 public keys the firmware trusts for signed releases (signature.ts), at most MAX_TRUSTED_KEYS. */
+  trustedKeys?: Uint8Array[];
 }
 
 /** A bad BuildImageOptions field; the message names it. */
@@ -285,7 +288,10 @@ const WIFI_SSID = "badgebench-lab";
 const MIN_FILLER_BYTES = 4;
 
 function checkOptions(options: BuildImageOptions): void {
-  const { version, projectName, wifiPassword, size, seed, chipId } = options;
+  const { version, projectName, wifiPassword, size, seed, chipId, trustedKeys = [] } = options;
+  if (trustedKeys.length > MAX_TRUSTED_KEYS || trustedKeys.some((key) => key.length !== PUBLIC_KEY_BYTES)) {
+    throw new ImageOptionsError(`trustedKeys must be at most ${MAX_TRUSTED_KEYS} raw Ed25519 public keys of ${PUBLIC_KEY_BYTES} bytes`);
+  }
   const fitsDescriptorString = (text: string) => text.length > 0 && Buffer.byteLength(text) <= 31 && !hasControlCharacter(text);
   if (!fitsDescriptorString(version)) {
     throw new ImageOptionsError(`version ${JSON.stringify(version)} must be 1 to 31 bytes with no control characters (esp_app_desc_t.version)`);
@@ -359,6 +365,7 @@ function dromSegment(options: BuildImageOptions, projectName: string, seed: numb
   const strings = [`${projectName} firmware ${options.version}`];
   if (options.wifiPassword !== undefined) strings.push(`WIFI_SSID=${WIFI_SSID}`, `WIFI_PASS=${options.wifiPassword}`);
   if (options.crashOnBoot) strings.push(CRASH_ON_BOOT_MARKER);
+  strings.push(...trustedKeyStrings(options.trustedKeys ?? []));
   const text = Buffer.from(strings.map((s) => `${s}\0`).join(""), "utf8");
   const length = Math.ceil((APP_DESC_BYTES + text.length) / 4) * 4;
   const data = new Uint8Array(length);

@@ -9,6 +9,13 @@ import { parseVersion } from "./version.ts";
 
 export const CONSOLE_PREFIX = "@bb";
 
+/**
+ * The boot ROM's first line ending a line: `ets Jul 29 2019 12:21:46` on the ESP32,
+ * `ESP-ROM:esp32s3-20210327` on later chips. It ends the line it lands on, so an event whose
+ * quoted text merely mentions it (it ends in its closing quote) is still read.
+ */
+const BOOT_ROM_BANNER = /(ets [A-Z][a-z]{2} [ \d]\d \d{4} \d\d:\d\d:\d\d|ESP-ROM:[\w.-]+)$/;
+
 /** esp_reset_reason() as the badge reports it; firmware/README.md maps the ESP-IDF values. */
 export const BOOT_CAUSES = ["power-on", "restart", "wake", "brownout", "panic", "watchdog", "other"] as const;
 export type BootCause = (typeof BOOT_CAUSES)[number];
@@ -56,6 +63,10 @@ export type ConsoleEventOf<K extends ConsoleEventKind> = Extract<ConsoleEvent, {
  * lets that much simulated time pass, `brownout <percent>` / `brownout switch` arms a power
  * cut at that point of the next download or during the partition switch, and `rest` /
  * `rest powered` runs the simulated badge until it rests (with `powered`: with power).
+ * `setup <version> <mv> <battery|external|charging> [token]` stands in for the bench a rig
+ * sets up before a scenario (esptool writing the app and NVS, a bench supply): the simulated
+ * badge has no ROM to flash, so it starts over as a new badge running `version` from ota_0,
+ * its battery at `mv` on that power, with `token` (default: the one it was served with).
  */
 export type ConsoleCommand =
   | { name: "check" }
@@ -67,7 +78,11 @@ export type ConsoleCommand =
   | { name: "unplug" }
   | { name: "wait"; seconds: number }
   | { name: "brownout"; at: number | "switch" }
-  | { name: "rest"; powered: boolean };
+  | { name: "rest"; powered: boolean }
+  | { name: "setup"; version: string; mv: number; power: PowerSource; token?: string };
+
+/** What `setup` sets up: the simulated badge's flash, supply and token before a scenario. */
+export type BenchSetup = Omit<Extract<ConsoleCommand, { name: "setup" }>, "name">;
 
 export type ConsoleLineParse = { ok: true; event: ConsoleEvent } | { ok: false; message: string };
 export type ConsoleCommandParse = { ok: true; command: ConsoleCommand } | { ok: false; message: string };
@@ -146,7 +161,9 @@ const EVENT_FIELDS: { [K in ConsoleEventKind]: FieldsOf<ConsoleEventOf<K>> } = {
 };
 
 const KINDS = Object.keys(EVENT_FIELDS).join(", ");
-const COMMAND_NAMES = ["check", "sync", "tap", "reboot", "status", "plug", "unplug", "wait", "brownout", "rest"] as const;
+const COMMAND_NAMES = ["check", "sync", "tap", "reboot", "status", "plug", "unplug", "wait", "brownout", "rest", "setup"] as const;
+const SETUP_USAGE = "setup takes a version, millivolts and battery, external or charging, and may take a device token, such as setup 1.4.0 3950 charging";
+const DEVICE_TOKEN = /^dtk_(test|live)_[A-Za-z0-9_-]+$/;
 /** seconds or percent: a plain decimal such as 30, 0.5 or 40 */
 const DECIMAL = /^(0|[1-9][0-9]*)(\.[0-9]+)?$/;
 
@@ -252,12 +269,17 @@ function readQuoted(line: string, open: number): { value: string; end: number } 
 
 /**
  * Reads one console line (its `\n` removed; a trailing `\r` is accepted). Null for noise: any
- * line that does not start with `@bb ` (an ESP-IDF log line, boot ROM output). A line that does
- * but is malformed is a failure naming what is wrong, since it means the firmware broke the contract.
+ * line that does not start with `@bb ` (an ESP-IDF log line, boot ROM output), and an event line
+ * that a reset cut (the boot ROM's banner follows on the same line). Any other `@bb ` line that
+ * is malformed is a failure naming what is wrong, since it means the firmware broke the contract.
  */
 export function parseConsoleLine(line: string): ConsoleLineParse | null {
   const text = line.endsWith("\r") ? line.slice(0, -1) : line;
   if (text !== CONSOLE_PREFIX && !text.startsWith(`${CONSOLE_PREFIX} `)) return null;
+  // A reset in the middle of a line (a power cut, a brownout) leaves its start without a line
+  // end, and the boot ROM's banner follows on the same line: the event's end never came, so the
+  // line is noise, not a broken contract.
+  if (BOOT_ROM_BANNER.test(text)) return null;
   const fail = (message: string): ConsoleLineParse => ({ ok: false, message: `console line ${show(text)}: ${message}` });
 
   const scan = scanEvent(text, CONSOLE_PREFIX.length + 1);
@@ -302,6 +324,11 @@ export function formatConsoleCommand(command: ConsoleCommand): string {
     return `brownout ${command.at}`;
   }
   if (command.name === "rest") return command.powered ? "rest powered" : "rest";
+  if (command.name === "setup") {
+    const words = [command.version, String(command.mv), command.power, ...(command.token === undefined ? [] : [command.token])];
+    if (parseSetup(words) === null) throw new ConsoleFormatError(`${show(`setup ${words.join(" ")}`)}: ${SETUP_USAGE}`);
+    return `setup ${words.join(" ")}`;
+  }
   if (!COMMAND_NAMES.includes(command.name)) {
     throw new ConsoleFormatError(`unknown console command ${show(String(command.name))}; the commands are ${COMMAND_NAMES.join(", ")}`);
   }
@@ -338,6 +365,17 @@ export function parseConsoleCommand(line: string): ConsoleCommandParse | null {
     if (args.length === 1 && args[0] === "powered") return { ok: true, command: { name: "rest", powered: true } };
     return { ok: false, message: `rest takes nothing or powered (got ${show(args.join(" "))})` };
   }
+  if (known === "setup") {
+    const command = parseSetup(args);
+    return command ? { ok: true, command } : { ok: false, message: SETUP_USAGE };
+  }
   if (args.length > 0) return { ok: false, message: `${known} takes no arguments (got ${show(args.join(" "))})` };
   return { ok: true, command: { name: known } };
+}
+
+function parseSetup(args: string[]): Extract<ConsoleCommand, { name: "setup" }> | null {
+  const [version, mv, power, token, ...rest] = args;
+  if (rest.length > 0 || !version || !parseVersion(version) || !mv || !/^[1-9][0-9]{0,4}$/.test(mv)) return null;
+  if (!POWER_SOURCES.includes(power as PowerSource) || (token !== undefined && !DEVICE_TOKEN.test(token))) return null;
+  return { name: "setup", version, mv: Number(mv), power: power as PowerSource, ...(token === undefined ? {} : { token }) };
 }

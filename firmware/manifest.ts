@@ -4,6 +4,7 @@
 // the request (SPEC 4.9 rule 1).
 import { z } from "zod";
 import { hasControlCharacter } from "./line-codec.ts";
+import { KEY_ID_HEX, parseSignatureLine, SIGNATURE_BASE64_CHARS } from "./signature.ts";
 import { compareVersions, isReleaseVersion, parseVersion, type Version } from "./version.ts";
 
 export const MANIFEST_FORMAT = 1;
@@ -37,6 +38,13 @@ export const releaseEntrySchema = z.strictObject({
   notes: z.array(screenText(NOTE_MAX_CHARS)).max(NOTES_MAX, `must have at most ${NOTES_MAX} notes`),
   published_at: timestamp,
   /** The one device this release is offered to until it is promoted to the fleet. */
+  /** Present on a signed release: the key that signed it and its Ed25519 signature of the whole image (signature.ts). */
+  signature: z
+    .strictObject({
+      key_id: z.string().regex(new RegExp(`^[0-9a-f]{${KEY_ID_HEX}}$`), `must be ${KEY_ID_HEX} lowercase hex digits`),
+      ed25519: z.string().refine((value) => typeof parseSignatureLine(`${"0".repeat(KEY_ID_HEX)} ${value}`) !== "string", `must be ${SIGNATURE_BASE64_CHARS} characters of base64`),
+    })
+    .optional(),
   canary: z.string().regex(/^dev_[A-Za-z0-9_-]{1,64}$/, "must be a device id such as dev_...").nullable(),
   promoted: z
     .strictObject({

@@ -1,5 +1,5 @@
 // The model as oracle (issue 5 item 5): while a real (or serial-served simulated) badge runs a
-// scenario, the badge statechart (badge-sim/badge-machine.ts) runs beside it, and every console
+// scenario, the badge statechart (badge-sim/model/badge-machine.ts) runs beside it, and every console
 // event the badge prints is checked against what the chart allows; the first deviation fails the
 // run with expected vs observed.
 //
@@ -10,7 +10,7 @@
 // parts (CONSOLE_CONCEPTS): `progress` is the machine's `download.progress` event, `switch` is the
 // `switchBootSlot` actor at work, `report.stored` is the `storeReport` action, and so on.
 import type { AnyStateMachine, AnyStateNode, AnyTransitionDefinition } from "xstate";
-import { badgeMachine } from "../badge-sim/badge-machine.ts";
+import { badgeMachine } from "../badge-sim/model/badge-machine.ts";
 import { formatConsoleEvent, parseConsoleLine, type ConsoleEvent, type ConsoleEventKind } from "../firmware/index.ts";
 import type { Transcript } from "./transcript.ts";
 
@@ -60,8 +60,8 @@ const CONSOLE_CONCEPTS: Partial<Record<ConsoleEventKind, { handles: string } | {
   "token.cleared": { action: "forgetToken" },
   "tap.queued": { action: "queueTap" },
 };
-/** The guard of the `download.finished` branch an `md5 result=ok` takes. */
-const IMAGE_INTACT_GUARD = "isImageIntact";
+/** The guards of the `download.finished` branches an `md5 result=ok` may take (a badge holding release keys verifies next). */
+const IMAGE_INTACT_GUARDS = ["isImageIntact", "isSignedImageIntact"];
 const MD5_EVENT = (CONSOLE_CONCEPTS.md5 as { handles: string }).handles;
 
 const pathOf = (node: AnyStateNode) => node.path.join(".");
@@ -204,10 +204,10 @@ class ModelGraph {
     return this.leaves.filter((leaf) => found.has(leaf));
   }
 
-  /** Where `download.finished` leads from `leaf` on the branch guarded by IMAGE_INTACT_GUARD (`intact`) or the others. */
+  /** Where `download.finished` leads from `leaf` on the branches guarded by IMAGE_INTACT_GUARDS (`intact`) or the others. */
   md5Outcomes(leaf: string, intact: boolean): string[] {
     const branches = this.transitionsAt(leaf).filter((transition) => transition.eventType === MD5_EVENT);
-    const taken = branches.filter((transition) => (guardType(transition) === IMAGE_INTACT_GUARD) === intact);
+    const taken = branches.filter((transition) => IMAGE_INTACT_GUARDS.includes(guardType(transition) ?? "") === intact);
     return this.throughTransient(unique(taken.flatMap((transition) => (transition.target ?? []).flatMap((target: AnyStateNode) => this.entryLeaves(target)))));
   }
 }
@@ -242,7 +242,7 @@ function graphOf(machine: AnyStateMachine): ModelGraph {
  *   ancestor; `on`, `always`, `after`, invoke `onDone`) whose target is B, or a compound state whose
  *   initial descendants are B, or a transient state (`always`) that leads on to B.
  * - `progress` and `md5` only where the machine handles `download.progress`/`download.finished`;
- *   after `md5`, the next state must be where that branch goes (`ok`: the isImageIntact one).
+ *   after `md5`, the next state must be where that branch goes (`ok`: an isImageIntact or isSignedImageIntact one).
  * - `progress` bytes never pass the total and never go back within one download.
  * - `switch` only in the state invoking `switchBootSlot`, after an `md5 result=ok` since the
  *   download began, to a slot other than the one the badge booted from.

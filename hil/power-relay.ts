@@ -4,7 +4,7 @@
 // was cut when the relay never heard the command would pass for the wrong reason.
 import { setTimeout as sleep } from "node:timers/promises";
 import { z } from "zod";
-import type { Scenario } from "../badge-sim/scenario.ts";
+import type { Scenario } from "../badge-sim/runners/scenario.ts";
 import { BrokerError, brokerUrlSchema, checkOption, connectBroker, topicLevelSchema, type BrokerConnection } from "./mqtt-broker.ts";
 
 export type PowerState = "ON" | "OFF";
@@ -23,8 +23,8 @@ export interface PowerRelay {
   readonly topic: string;
   /** Resolves once the relay confirms it is on. */
   on(): Promise<void>;
-  /** Resolves once the relay confirms it is off. */
-  off(): Promise<void>;
+  /** Resolves once the relay confirms it is off; `onSent` hears when the broker has the command (its PUBACK). */
+  off(options?: { onSent?: () => void }): Promise<void>;
   /** Asks the relay with an empty command, as Tasmota's `Power` without an argument. */
   state(): Promise<PowerState>;
   /** Off, `offMs` without power, then on. */
@@ -93,8 +93,8 @@ class TasmotaRelay implements PowerRelay {
     await this.command("ON", "ON");
   }
 
-  async off(): Promise<void> {
-    await this.command("OFF", "OFF");
+  async off(options: { onSent?: () => void } = {}): Promise<void> {
+    await this.command("OFF", "OFF", options.onSent);
   }
 
   state(): Promise<PowerState> {
@@ -115,13 +115,13 @@ class TasmotaRelay implements PowerRelay {
   }
 
   /** Publishes `payload` and resolves with the first state the relay then reports (`wanted`, when given). */
-  private command(payload: string, wanted: PowerState | undefined): Promise<PowerState> {
-    const answered = this.queue.then(() => this.exchangeOnce(payload, wanted));
+  private command(payload: string, wanted: PowerState | undefined, onSent?: () => void): Promise<PowerState> {
+    const answered = this.queue.then(() => this.exchangeOnce(payload, wanted, onSent));
     this.queue = answered.catch(() => undefined);
     return answered;
   }
 
-  private exchangeOnce(payload: string, wanted: PowerState | undefined): Promise<PowerState> {
+  private exchangeOnce(payload: string, wanted: PowerState | undefined, onSent?: () => void): Promise<PowerState> {
     if (this.closed) return Promise.reject(this.closedError());
     if (this.connection.lost) return Promise.reject(this.connection.lost);
     return new Promise((resolve, reject) => {
@@ -142,6 +142,7 @@ class TasmotaRelay implements PowerRelay {
       };
       this.connection.client.publish(this.commandTopic, payload, { qos: 1 }, (error) => {
         if (error) settle(new BrokerError(`cannot publish ${this.commandTopic} to MQTT broker ${this.connection.url}: ${error.message}`));
+        else onSent?.();
       });
     });
   }

@@ -20,6 +20,7 @@ import {
   type ConsoleEventKind,
   type ConsoleEventOf,
 } from "../firmware/index.ts";
+import { describeCrash, PanicWatcher, type Crash } from "./panic-decoder.ts";
 import { Transcript } from "./transcript.ts";
 
 /** node-serialport's binding: how the stream reaches the hardware (or a mock of it) */
@@ -46,6 +47,11 @@ export interface SerialConsoleOptions {
   binding?: SerialBinding;
   /** where the transcript is written when the session ends, however it ends */
   transcriptPath?: string;
+  /**
+   * Says what a crash the console saw was (hil/panic-decoder.ts: the backtrace decoded from the
+   * release's ELF); default: the crash as printed. The session then fails with BadgeCrashError.
+   */
+  describeCrash?: (crash: Crash) => Promise<string>;
 }
 
 export interface ExpectOptions {
@@ -73,6 +79,21 @@ export class PortVanishedError extends SerialConsoleError {
   override name = "PortVanishedError";
 }
 /** The badge printed a console line (`@bb ...`) that breaks the contract. */
+/** The badge panicked (an ESP-IDF panic report on its console); the message is the crash decoded. */
+export class BadgeCrashError extends SerialConsoleError {
+  override name = "BadgeCrashError";
+  constructor(
+    message: string,
+    readonly crash: Crash,
+  ) {
+    super(message);
+  }
+
+  /** The scenario runner fails a scenario with this check (badge-sim/runners/scenario-runner.ts). */
+  get failedCheck() {
+    return { field: "crash", expected: "no crash", observed: this.message, passed: false };
+  }
+}
 export class ConsoleProtocolError extends SerialConsoleError {
   override name = "ConsoleProtocolError";
 }
@@ -101,6 +122,10 @@ export class SerialConsole {
   #released: Promise<void> | null = null;
   #saveError: unknown = null;
   #presence: NodeJS.Timeout | undefined;
+  readonly #panics = new PanicWatcher();
+  #unwatched = "";
+  #crashing = false;
+  #describeCrash: (crash: Crash) => Promise<string> = async (crash) => describeCrash(crash, null);
 
   /** Finds and opens the port; on failure the transcript (one note saying why) is still saved. */
   static async open(options: SerialConsoleOptions): Promise<SerialConsole> {
@@ -113,7 +138,9 @@ export class SerialConsole {
       const port = new SerialPortStream({ binding, path, baudRate, autoOpen: false });
       await new Promise<void>((resolve, reject) => port.open((error) => (error ? reject(openError(path, error)) : resolve())));
       transcript.note(`opened ${path} at ${baudRate} baud`);
-      return new SerialConsole(path, port, transcript, options.transcriptPath);
+      const serial = new SerialConsole(path, port, transcript, options.transcriptPath);
+      if (options.describeCrash) serial.#describeCrash = options.describeCrash;
+      return serial;
     } catch (error) {
       transcript.note(`not opened: ${errorText(error)}`);
       if (options.transcriptPath !== undefined) transcript.save(options.transcriptPath);
@@ -178,6 +205,8 @@ export class SerialConsole {
    */
   takeEvents(): ConsoleEvent[] {
     this.#checkUsable();
+    // the crash being decoded fails the next wait
+    if (this.#crashing) return [];
     if (this.#waiter) throw new Error(`already waiting for ${this.#waiter.what} on ${this.path}; wait for one thing at a time`);
     const events: ConsoleEvent[] = [];
     try {
@@ -241,7 +270,22 @@ export class SerialConsole {
     const text = this.#decoder.decode(chunk, { stream: true });
     this.#undecodable += text.split("\uFFFD").length - 1;
     this.#pending = (this.#pending + text).slice(-MAX_PENDING_CHARS);
-    this.#waiter?.poll();
+    this.#watchPanics(text);
+    // once a panic report is complete, nothing the badge prints after it (its reboot) answers a wait
+    if (!this.#crashing) this.#waiter?.poll();
+  }
+
+  /** Feeds whole lines to the panic watcher as they arrive, before any wait can consume them. */
+  #watchPanics(text: string): void {
+    const lines = (this.#unwatched + text).split("\n");
+    this.#unwatched = lines.pop()!.slice(-MAX_PENDING_CHARS);
+    for (const line of lines) {
+      const crash = this.#panics.line(line);
+      if (crash && !this.#crashing) {
+        this.#crashing = true;
+        void this.#crashed(crash);
+      }
+    }
   }
 
   #checkUsable(): void {
@@ -281,6 +325,17 @@ export class SerialConsole {
       this.#waiter = waiter;
       waiter.poll();
     });
+  }
+
+  /** A panic ends the session at once: whoever waits hears why, not a timeout later. */
+  async #crashed(crash: Crash): Promise<void> {
+    let message: string;
+    try {
+      message = await this.#describeCrash(crash);
+    } catch (error) {
+      message = `${describeCrash(crash, null)}\n(the backtrace could not be decoded: ${errorText(error)})`;
+    }
+    await this.#fail(new BadgeCrashError(`${this.path}: ${message}`, crash));
   }
 
   /** Ends the session on its first failure: releases the port, then fails whoever is waiting. */

@@ -9,15 +9,19 @@
 // order; after each one the bridge runs the virtual badge, on its simulated clock, until it
 // rests (as the scenario runner does), so a 30 s sleep or a 2 MB download over serial still
 // costs milliseconds. The simulator-only commands `wait`, `brownout` and `rest` stand in for
-// what the world does to a real badge (time passing, a relay cutting its power).
+// what the world does to a real badge (time passing, a relay cutting its power), and `setup`
+// for what a bench does before a scenario (esptool writing the app and NVS, a bench supply): the
+// badge starts over as a new one, made by the maker with the setup (benchBadgeMaker).
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { SerialPort, SerialPortMock } from "serialport";
-import { brownoutPoint, isRestingState, virtualBadgeFor, type BadgeTargetFactory } from "../badge-sim/badge-target.ts";
+import { brownoutPoint, isRestingState, virtualBadgeFor, type BadgeTargetFactory } from "../badge-sim/runners/badge-target.ts";
 import type { SlotName } from "../badge-sim/hardware/otadata.ts";
-import type { Observation, VirtualBadge } from "../badge-sim/virtual-badge.ts";
+import type { Observation } from "../badge-sim/virtual-badge/observation-log.ts";
+import { createVirtualBadge, type VirtualBadge, type VirtualBadgeOptions } from "../badge-sim/virtual-badge/virtual-badge.ts";
 import {
   formatConsoleEvent,
+  type BenchSetup,
   parseConsoleCommand,
   type BootCause,
   type ConsoleCommand,
@@ -26,6 +30,7 @@ import {
 } from "../firmware/index.ts";
 import { SerialConsole, type SerialBinding } from "./serial-console.ts";
 import { SerialTarget, type ConsoleOracle } from "./serial-target.ts";
+import { consolePower, simulatedClock } from "./target-strategies.ts";
 import { openPtyPair } from "./pty-pair.ts";
 
 // @serialport/binding-mock, by way of serialport: its own types do not resolve under NodeNext.
@@ -35,11 +40,30 @@ const MockBinding = SerialPortMock.binding;
 const PROGRESS_STEP_BYTES = 64 * 1024;
 
 /**
+ * A maker for SimSerialBadge: the badge `options` describe, or, after a `setup`, a new one
+ * running the setup's version from ota_0 on its supply (and token), talking to the same server.
+ */
+export function benchBadgeMaker(options: VirtualBadgeOptions): (bench?: BenchSetup) => VirtualBadge {
+  return (bench) =>
+    createVirtualBadge(
+      bench
+        ? {
+            ...options,
+            version: bench.version,
+            display: undefined,
+            token: bench.token ?? options.token,
+            battery: { volts: bench.mv / 1000, charging: bench.power === "charging", externalPower: bench.power !== "battery" },
+          }
+        : options,
+    );
+}
+
+/**
  * One simulated badge behind a console. `start()` powers it on (the transport calls it when the
  * host is there); `hear()` takes the bytes the host wrote; what the badge prints goes to `print`.
  */
 export class SimSerialBadge {
-  #makeBadge: () => VirtualBadge;
+  #makeBadge: (bench?: BenchSetup) => VirtualBadge;
   #print: (text: string) => void;
   #badge: VirtualBadge | null = null;
   #heard = "";
@@ -53,7 +77,7 @@ export class SimSerialBadge {
   #lastState = "";
   #lastRequest: TokenRequest = "check";
 
-  constructor(makeBadge: () => VirtualBadge, print: (text: string) => void) {
+  constructor(makeBadge: (bench?: BenchSetup) => VirtualBadge, print: (text: string) => void) {
     this.#makeBadge = makeBadge;
     this.#print = print;
   }
@@ -65,11 +89,22 @@ export class SimSerialBadge {
   /** Powers the badge on (once): from now on it prints what it observes. */
   start(): void {
     if (this.#badge || this.#stopped) return;
+    this.#powerOn(this.#makeBadge());
+  }
+
+  #powerOn(badge: VirtualBadge): void {
     this.#noise("ets Jul 29 2019 12:21:46", "", "rst:0x1 (POWERON_RESET),boot:0x13 (SPI_FAST_FLASH_BOOT)");
-    const badge = this.#makeBadge();
     this.#badge = badge;
+    // what the printer remembers belongs to the badge that was
+    this.#offer = null;
+    this.#downloadSlot = null;
+    this.#md5Due = false;
+    this.#lastState = "";
+    this.#held = null;
     for (const observation of badge.log) this.#observed(observation);
-    badge.onObservation((observation) => this.#observed(observation));
+    badge.onObservation((observation) => {
+      if (this.#badge === badge) this.#observed(observation);
+    });
   }
 
   /** Bytes the host wrote: every whole line is a command, run after the ones before it. */
@@ -135,6 +170,13 @@ export class SimSerialBadge {
         return badge.runUntil((b) => isRestingState(b.state(), { poweredOnly: command.powered }));
       case "status":
         return this.#status(badge);
+      case "setup": {
+        // the bench's flash and supply: the old badge is gone, a new one powers on as set up
+        badge.stop();
+        const { name: _, ...bench } = command;
+        this.#powerOn(this.#makeBadge(bench));
+        return this.#badge!.runUntil((b) => isRestingState(b.state()));
+      }
       case "reboot":
         // esp_restart(): the ROM's reset banner, then a boot from what flash and NVS hold. A badge
         // that has just powered on to hear the command has nothing to restart.
@@ -206,7 +248,8 @@ export class SimSerialBadge {
       case "answer": {
         const offer = /^check: offer \S+ \((\d+) bytes, md5 ([0-9a-f]{32})\)/.exec(detail);
         if (offer) this.#offer = { total: Number(offer[1]), md5: offer[2]! };
-        const download = /^download: HTTP 200, (\d+) of (\d+) bytes, complete/.exec(detail);
+        // a whole image (200) or the rest of one after a resume (206; the bytes count from byte 0)
+        const download = /^download: HTTP 20[06], (\d+) of (\d+) bytes, complete/.exec(detail);
         if (download && download[1] === download[2]) this.#md5Due = true;
         return this.#log(`http: ${detail}`);
       }
@@ -301,7 +344,7 @@ let mockPorts = 0;
  * Serves a simulated badge on a new @serialport/binding-mock port. The badge powers on when the
  * host opens the port (as a USB badge resets when a monitor opens it) and off when it closes it.
  */
-export function serveOnMockPort(makeBadge: () => VirtualBadge, options: { path?: string } = {}): ServedBadge {
+export function serveOnMockPort(makeBadge: (bench?: BenchSetup) => VirtualBadge, options: { path?: string } = {}): ServedBadge {
   const path = options.path ?? `/dev/ttySIMBADGE${++mockPorts}`;
   MockBinding.createPort(path);
   let bridge!: SimSerialBadge;
@@ -345,7 +388,7 @@ export function serveOnMockPort(makeBadge: () => VirtualBadge, options: { path?:
  * platform's binding, exactly as it opens /dev/ttyACM0. The badge powers on at the first line
  * the host sends (a pty cannot tell when its other end opens).
  */
-export async function serveOnPty(makeBadge: () => VirtualBadge): Promise<ServedBadge> {
+export async function serveOnPty(makeBadge: (bench?: BenchSetup) => VirtualBadge): Promise<ServedBadge> {
   const pair = await openPtyPair();
   let served: { bridge: SimSerialBadge; close(): Promise<void> };
   try {
@@ -369,7 +412,7 @@ export async function serveOnPty(makeBadge: () => VirtualBadge): Promise<ServedB
  * socat pty pair, or a real port with a null-modem cable to the host), opened with the
  * platform's binding. The badge powers on at the first line the host sends.
  */
-export async function serveOnPort(path: string, makeBadge: () => VirtualBadge, options: { baudRate?: number } = {}): Promise<{ bridge: SimSerialBadge; close(): Promise<void> }> {
+export async function serveOnPort(path: string, makeBadge: (bench?: BenchSetup) => VirtualBadge, options: { baudRate?: number } = {}): Promise<{ bridge: SimSerialBadge; close(): Promise<void> }> {
   const port = new SerialPort({ path, baudRate: options.baudRate ?? 115200, autoOpen: false, lock: false });
   await new Promise<void>((resolve, reject) => port.open((error) => (error ? reject(error) : resolve())));
   port.on("error", () => {});
@@ -412,7 +455,7 @@ export function simSerialTarget(options: SimSerialTargetOptions = {}): BadgeTarg
       await served.close();
       throw error;
     }
-    const target = new SerialTarget(serial, { badge: "simulated", oracle: options.oracle?.() ?? null, transcriptPath });
+    const target = new SerialTarget(serial, { power: consolePower(), clock: simulatedClock(), oracle: options.oracle?.() ?? null, transcriptPath });
     const close = target.close.bind(target);
     target.close = async () => {
       await close();

@@ -1,11 +1,7 @@
 // The one error type handlers throw, and the one JSON shape every /v1 error takes:
 // {"error": {"type", "code", "message", "param"}} (Stripe-like).
-export type ErrorType =
-  | "invalid_request_error"
-  | "authentication_error"
-  | "permission_error"
-  | "idempotency_error"
-  | "api_error";
+export const ERROR_TYPES = ["invalid_request_error", "authentication_error", "permission_error", "idempotency_error", "rate_limit_error", "api_error"] as const;
+export type ErrorType = (typeof ERROR_TYPES)[number];
 
 export interface ErrorBody {
   error: { type: ErrorType; code: string; message: string; param: string | null };

@@ -4,7 +4,7 @@ import { randomFillSync } from "node:crypto";
 
 const ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz";
 
-export type IdPrefix = "att" | "stu" | "ses" | "dev" | "usr" | "whe" | "evt" | "key" | "hst" | "fch" | "rpt" | "tap" | "wha" | "pip";
+export type IdPrefix = "att" | "stu" | "ses" | "dev" | "usr" | "whe" | "evt" | "key" | "hst" | "fch" | "rpt" | "tap" | "wha" | "pip" | "rol";
 
 // Random bytes are drawn from the CSPRNG a pool at a time: a call per id was 8 % of the server's
 // CPU in the sync benchmark's profile.

@@ -1,11 +1,14 @@
 // The composition root: opens the store in the data directory, builds the app, listens.
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import path from "node:path";
 import { pino, type Logger } from "pino";
 import { createApp } from "./app.ts";
-import { openReleaseStore } from "./releases/open-release-store.ts";
+import type { AuthFailureBudget } from "./http/auth-failures.ts";
+import { CONNECTION_LIMITS, TIMEOUT_CHECK_INTERVAL_MS, type ConnectionLimits } from "./http/connection-limits.ts";
+import { openReleaseStores } from "./releases/open-release-store.ts";
+import { ROLLOUT_EVALUATION_INTERVAL_MS, type Clock } from "./services/rollouts.ts";
 import type { ReleaseStoreKind } from "./releases/release-store.ts";
+import type { DownloadLimits } from "./services/load-shaping.ts";
 import { openStore, type Store, type StoreOptions, type SyncMode } from "./store/database.ts";
 import { DeliveryWorker } from "./webhooks/delivery-worker.ts";
 import { ServerLoad } from "./webhooks/server-load.ts";
@@ -30,11 +33,23 @@ export interface ServerOptions {
   webhooks?: Partial<WebhookConfig>;
   /** false: no hot routes, every request through Express (tests compare the two; see app.ts) */
   hotRoutes?: boolean;
+  /** timeouts and the connection cap (defaults and their reasons in http/connection-limits.ts) */
+  connections?: Partial<ConnectionLimits>;
+  /** failed authentications allowed per client address (defaults and reasons in http/auth-failures.ts) */
+  authFailures?: Partial<AuthFailureBudget>;
+  /** browser origins besides the server's own that may call /api/mcp (default: $BADGEBENCH_MCP_ALLOWED_ORIGINS, comma-separated) */
+  mcpAllowedOrigins?: string[];
+  /** staged rollouts: the clock they, badge syncs and downloads go by (default: the system's; AppDeps.clock) and how often the server evaluates them (0: never on its own; default ROLLOUT_EVALUATION_INTERVAL_MS) */
+  rollouts?: { clock?: Clock; evaluateEveryMs?: number };
+  /** the cap of downloads in flight and the Retry-After over it (defaults and reasons in services/load-shaping.ts) */
+  downloads?: Partial<DownloadLimits>;
 }
 
 export interface RunningServer {
   url: string;
   store: Store;
+  /** evaluates open staged rollouts now (what the server's timer runs) */
+  evaluateRollouts(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -43,16 +58,6 @@ const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 /** The server could not listen (port in use, not permitted, address not on this machine). */
 export class ListenError extends Error {
   override name = "ListenError";
-}
-
-/** The PostgreSQL database URL: the flag, else DATABASE_URL; undefined (SQLite) when neither is set. */
-export function resolveDatabaseUrl(flag: string | undefined, env = process.env): string | undefined {
-  return flag ?? (env.DATABASE_URL || undefined);
-}
-
-/** The data directory: the flag, else BADGEBENCH_DATA, else ./var. */
-export function resolveDataDir(flag: string | undefined, env = process.env): string {
-  return path.resolve(flag ?? env.BADGEBENCH_DATA ?? "var");
 }
 
 export function createLogger(env = process.env): Logger {
@@ -79,19 +84,30 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const load = new ServerLoad();
   const worker = new DeliveryWorker({ db: store.db, sender, config: webhookConfig, logger, load });
   const webhooks = { sender, config: webhookConfig, wake: worker.wake };
-  const { handler, gate } = await createApp({
+  const { handler, gate, rollouts } = await createApp({
     store,
-    releases: openReleaseStore(store.db, options.dataDir, options.releases),
+    releases: openReleaseStores(store.db, options.dataDir, options.releases, store.changes),
     logger,
     webhooks,
     hotRoutes: options.hotRoutes,
+    authFailures: options.authFailures,
+    downloads: options.downloads,
+    mcpAllowedOrigins: options.mcpAllowedOrigins ?? (process.env.BADGEBENCH_MCP_ALLOWED_ORIGINS ?? "").split(",").map((origin) => origin.trim()).filter(Boolean),
+    clock: options.rollouts?.clock,
   });
   await gate.purgeExpired();
 
-  const server = http.createServer((req, res) => {
-    load.noteRequest();
-    handler(req, res);
-  });
+  const limits = { ...CONNECTION_LIMITS, ...options.connections };
+  const server = http.createServer(
+    { headersTimeout: limits.headersTimeoutMs, requestTimeout: limits.requestTimeoutMs, connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS },
+    (req, res) => {
+      load.noteRequest();
+      handler(req, res);
+    },
+  );
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+  server.timeout = limits.idleTimeoutMs;
+  server.maxConnections = limits.maxConnections;
   try {
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
@@ -108,6 +124,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     gate.purgeExpired().catch((err: unknown) => logger.error({ err }, "idempotency key purge failed"));
   }, PURGE_INTERVAL_MS);
   purge.unref();
+  const evaluateEveryMs = options.rollouts?.evaluateEveryMs ?? ROLLOUT_EVALUATION_INTERVAL_MS;
+  const evaluation =
+    evaluateEveryMs > 0
+      ? setInterval(() => rollouts.evaluateAll().catch((err: unknown) => logger.error({ err }, "rollout evaluation failed")), evaluateEveryMs)
+      : undefined;
+  evaluation?.unref();
   worker.start();
   const { port } = server.address() as AddressInfo;
   const host = options.host.includes(":") ? `[${options.host}]` : options.host;
@@ -117,8 +139,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   return {
     url,
     store,
+    evaluateRollouts: () => rollouts.evaluateAll(),
     async close() {
       clearInterval(purge);
+      clearInterval(evaluation);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();

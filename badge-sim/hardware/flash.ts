@@ -7,7 +7,7 @@
 // its simulated time, so "the running slot was never written" is a question the log answers. Operations take
 // simulated time and drain the battery; none runs without power.
 import { OTA_SLOT_BYTES } from "../../firmware/index.ts";
-import type { VirtualClock } from "../virtual-clock.ts";
+import type { VirtualClock } from "./virtual-clock.ts";
 import type { Battery, PowerMoment } from "./battery.ts";
 import { OTADATA_COPIES, OTADATA_ENTRY_BYTES, type SlotName } from "./otadata.ts";
 import { PAGE_BYTES, SlotPages } from "./slot-pages.ts";
@@ -52,6 +52,7 @@ export class Flash {
   #slots: Record<SlotName, SlotPages> = { ota_0: new SlotPages(), ota_1: new SlotPages() };
   #otadata = new Uint8Array(OTADATA_COPIES * OTADATA_ENTRY_BYTES).fill(0xff);
   #nvs = new Uint8Array(0);
+  #nvsCommits = 0;
   #running: SlotName | null = null;
   #listeners = new Set<(operation: FlashOperation) => void>();
 
@@ -83,9 +84,19 @@ export class Flash {
 
   /** Reads like the chip does: takes simulated time. */
   readSlot(name: SlotName, offset: number, length: number): Uint8Array {
+    this.timeSlotRead(name, length);
+    return this.#slots[name].read(offset, length);
+  }
+
+  /** The simulated time and power of reading `length` bytes of a slot, for a reader that knows them already. */
+  timeSlotRead(name: SlotName, length: number): void {
     this.#battery.requirePower(`reading ${name}`);
     this.#clock.advance((length / MiB) * this.#timing.readPerMiBMs);
-    return this.#slots[name].read(offset, length);
+  }
+
+  /** The first `length` bytes of a slot as a fingerprint (SlotPages.fingerprint); null when they are its own. */
+  slotFingerprint(name: SlotName, length: number): string | null {
+    return this.#slots[name].fingerprint(length);
   }
 
   get otadata(): Uint8Array {
@@ -94,6 +105,11 @@ export class Flash {
 
   get nvs(): Uint8Array {
     return this.#nvs.slice();
+  }
+
+  /** How many NVS commits the flash has taken: while it is the same, so are the NVS bytes. */
+  get nvsCommits(): number {
+    return this.#nvsCommits;
   }
 
   get runningSlot(): SlotName | null {
@@ -109,14 +125,14 @@ export class Flash {
     return this.log.filter((operation) => operation.region === region);
   }
 
-  /** Erases whole 4 KiB sectors from the start of the slot until `bytes` are covered. */
-  eraseSlot(name: SlotName, bytes: number): void {
-    this.#checkSlotAccess(name, 0, bytes);
-    const length = Math.min(OTA_SLOT_BYTES, Math.ceil(bytes / SECTOR_BYTES) * SECTOR_BYTES);
+  /** Erases whole 4 KiB sectors from `from` (a sector boundary; a resumed download's checkpoint) until `bytes` are covered. */
+  eraseSlot(name: SlotName, bytes: number, from = 0): void {
+    this.#checkSlotAccess(name, from, bytes - from);
+    const length = Math.min(OTA_SLOT_BYTES, Math.ceil(bytes / SECTOR_BYTES) * SECTOR_BYTES) - from;
     this.#battery.requirePower(`erasing ${name}`);
-    this.#slots[name].erase(0, length);
+    this.#slots[name].erase(from, length);
     this.#clock.advance((length / (64 * 1024)) * this.#timing.erasePer64KiBMs);
-    this.#record(name, "erase", 0, length);
+    this.#record(name, "erase", from, length);
   }
 
   /** NOR programming: bits only go from 1 to 0, so a write over unerased bytes gives their AND. */
@@ -143,6 +159,7 @@ export class Flash {
   commitNvs(bytes: Uint8Array): void {
     this.#battery.requirePower("writing NVS");
     this.#nvs = bytes.slice();
+    this.#nvsCommits += 1;
     this.#clock.advance(this.#timing.nvsCommitMs);
     this.#record("nvs", "write", 0, bytes.length);
   }

@@ -3,7 +3,7 @@
 // leaves the badge. The bytes travel over real sockets to a real server; what a slow Wi-Fi link
 // would cost in time is charged to the simulated clock here: a round trip per request and the
 // link rate per byte received (field figures: 1 MiB in 10-24 s on good Wi-Fi, notes #8).
-import type { VirtualClock } from "../virtual-clock.ts";
+import type { VirtualClock } from "./virtual-clock.ts";
 import type { Battery } from "./battery.ts";
 
 export interface RadioLink {

@@ -17,10 +17,23 @@ const MAX_SHARED_PER_OFFSET = 8;
 
 /** Pages shared by every slot of this thread, by page index: never written once here. */
 const sharedPages = new Map<number, Uint8Array[]>();
+/** Each shared page's number, for fingerprints: two slots holding the same shared pages hold the same bytes. */
+const sharedIds = new WeakMap<Uint8Array, number>();
+let nextSharedId = 1;
 
 /** The shared page at `index` holding exactly `bytes`, if any. */
 function sharedEqual(index: number, bytes: Uint8Array): Uint8Array | undefined {
   return sharedPages.get(index)?.find((candidate) => Buffer.compare(candidate, bytes) === 0);
+}
+
+/**
+ * The number of the shared page holding exactly `bytes` at slot offset `offset` (a whole page at
+ * a page boundary), or undefined: bytes no page of this thread is known to share.
+ */
+export function sharedPageId(offset: number, bytes: Uint8Array): number | undefined {
+  if (bytes.length !== PAGE_BYTES || offset % PAGE_BYTES !== 0) return undefined;
+  const page = sharedEqual(offset / PAGE_BYTES, bytes);
+  return page && sharedIds.get(page);
 }
 
 /** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
@@ -31,6 +44,7 @@ function share(index: number, page: Uint8Array): Uint8Array | undefined {
   if (candidates.length >= MAX_SHARED_PER_OFFSET) return undefined;
   candidates.push(page);
   sharedPages.set(index, candidates);
+  sharedIds.set(page, nextSharedId++);
   return page;
 }
 
@@ -73,6 +87,21 @@ export class SlotPages {
       // Written to its end: from here on the page is usually final (writes are sequential).
       if (inPage + take === PAGE_BYTES) this.#settle(index);
     }
+  }
+
+  /**
+   * What the first `length` bytes are made of, as the shared pages' numbers (`-` for erased):
+   * equal fingerprints mean equal bytes, so what was computed over one holds for the other.
+   * Null when a page in the range is this slot's own, whose bytes nobody else is known to share.
+   */
+  fingerprint(length: number): string | null {
+    const ids: Array<number | "-"> = [];
+    for (let index = 0; index < Math.ceil(length / PAGE_BYTES); index++) {
+      const page = this.#pages[index];
+      if (this.#own[index]) return null;
+      ids.push(page ? sharedIds.get(page)! : "-");
+    }
+    return `${length}:${ids.join(",")}`;
   }
 
   /** A copy of `length` bytes from `offset`. */

@@ -36,6 +36,12 @@
 #define BB_UID_MAX 20u
 #define BB_CONSOLE_LINE_MAX 256u        /* a console command line */
 #define BB_EVENT_MAX 512u               /* one printed @bb line */
+/* signed releases (firmware/signature.ts) */
+#define BB_KEY_ID_HEX 16u               /* a key id: the first 8 bytes of SHA-256(public key), in hex */
+#define BB_PUBLIC_KEY_BYTES 32u         /* an Ed25519 public key */
+#define BB_SIGNATURE_BYTES 64u          /* an Ed25519 signature */
+#define BB_SIGNATURE_BASE64 88u         /* the G line's signature: standard base64 with its == */
+#define BB_TRUSTED_KEYS 2u              /* release keys one image trusts: the current one and the next */
 
 /* ---- MD5 (RFC 1321), hashed while the image is written ---- */
 typedef struct {
@@ -93,6 +99,10 @@ typedef struct {
     char path[BB_PATH_MAX + 1];
     char notes[3][BB_NOTE_MAX + 1];
     unsigned note_count;
+    /* the G line, when the answer had one: `<key id> <base64 signature>` */
+    bool is_signed;
+    char key_id[BB_KEY_ID_HEX + 1];
+    uint8_t signature[BB_SIGNATURE_BYTES];
 } bb_offer;
 typedef enum { BB_CHECK_OFFER, BB_CHECK_CURRENT, BB_CHECK_REFUSED, BB_CHECK_UNAUTHORIZED, BB_CHECK_FAILED } bb_check_kind;
 typedef struct {
@@ -122,6 +132,32 @@ typedef struct {
     long recheck_s;
 } bb_sync_answer;
 void bb_sync_answer_read(int status, char *body, size_t len, bb_sync_answer *out);
+
+/* ---- signed releases: Ed25519 with libsodium (signature.c), as ESP-IDF's libsodium component offers it ---- */
+/* Call once before the others (sodium_init); false when libsodium cannot start. */
+bool bb_signature_init(void);
+/* The key id of a raw public key: 16 lowercase hex digits and a NUL into out[17]. */
+void bb_key_id(const uint8_t key[BB_PUBLIC_KEY_BYTES], char out[BB_KEY_ID_HEX + 1]);
+/* Reads a G value `<16 hex> <88 base64>` (canonical base64 of 64 bytes); false for anything else. */
+bool bb_signature_parse(const char *value, char key_id[BB_KEY_ID_HEX + 1], uint8_t signature[BB_SIGNATURE_BYTES]);
+/* Whether `signature` is `key`'s Ed25519 signature of all `len` bytes of `image`. */
+bool bb_signature_verify(const uint8_t *image, size_t len, const uint8_t signature[BB_SIGNATURE_BYTES], const uint8_t key[BB_PUBLIC_KEY_BYTES]);
+/*
+ * The keys a test image trusts: each `BADGEBENCH:ED25519_KEY=<64 hex>` string in it, at most
+ * BB_TRUSTED_KEYS. Firmware compiles its keys in instead; the host badge and the tests read them so.
+ */
+unsigned bb_trusted_keys_scan(const uint8_t *image, size_t len, uint8_t keys[BB_TRUSTED_KEYS][BB_PUBLIC_KEY_BYTES]);
+/* ---- a resumed download's answer (issue 23) ---- */
+/*
+ * A 206's `Content-Range: bytes FIRST-LAST/TOTAL`, strictly as parseContentRange in
+ * firmware/badge-protocol.ts: digits only (1-10 each), FIRST <= LAST < TOTAL, blanks around the
+ * whole allowed. False for anything else: an unknown total (an asterisk after the slash), the
+ * 416 form (an asterisk in place of FIRST-LAST), garbage.
+ */
+typedef struct {
+    uint64_t first, last, total;
+} bb_content_range;
+bool bb_content_range_parse(const char *text, bb_content_range *out);
 
 /* ---- the test console (firmware/console.ts) ---- */
 typedef struct {
@@ -158,6 +194,19 @@ typedef struct {
 /* how an HTTP read ended when it returned no bytes */
 enum { BB_HTTP_END = 0, BB_HTTP_CUT = -1, BB_HTTP_STALLED = -2 };
 
+/* A resume asks for the rest of the image: `Range: bytes=<from>-` and `If-Range: "<md5>"` (issue 23). */
+typedef struct {
+    uint32_t from;
+    char md5[33];
+} bb_range_request;
+/* What an answer's head says, as esp_http_client_get_status_code / _get_header read it. */
+typedef struct {
+    int status;
+    long content_length;      /* -1: no Content-Length */
+    char content_range[64];   /* the Content-Range value, "" when none (or longer than this) */
+    long retry_after_s;       /* Retry-After as 1-9 digits of seconds; -1 when absent or another form (an HTTP date) */
+} bb_http_head;
+
 typedef struct {
     void *ctx;
     /* the console UART: text as is, line ends included */
@@ -175,15 +224,23 @@ typedef struct {
     bool (*nvs_erase)(void *ctx, const char *key);
     /* OTA: esp_ota_begin (erases what `size` needs), esp_ota_write, esp_ota_set_boot_partition */
     bool (*ota_begin)(void *ctx, bb_slot slot, uint32_t size);
+    /*
+     * esp_ota_resume: a resumed download goes on writing at `from` (a 64 KiB checkpoint), so only
+     * the sectors from there to `size` are erased; the bytes before `from` stay as written.
+     */
+    bool (*ota_resume)(void *ctx, bb_slot slot, uint32_t size, uint32_t from);
     bool (*ota_write)(void *ctx, bb_slot slot, uint32_t offset, const uint8_t *data, size_t len);
     bool (*ota_set_boot)(void *ctx, bb_slot slot);
+    /* esp_partition_mmap: the first `size` bytes of `slot` as written, to verify a signature over; NULL on failure */
+    const uint8_t *(*ota_map)(void *ctx, bb_slot slot, uint32_t size);
     /*
-     * esp_http_client over HTTP/1.0: one request per connection. open sends it and reads the
-     * head; false when the server cannot be reached or the head never came whole (`why` says).
-     * read returns bytes (> 0), BB_HTTP_END, BB_HTTP_CUT or BB_HTTP_STALLED.
+     * esp_http_client over HTTP/1.0: one request per connection. open sends it (with `range`'s
+     * Range and If-Range headers when it is not NULL) and reads the head into `head`; false when
+     * the server cannot be reached or the head never came whole (`why` says). read returns bytes
+     * (> 0), BB_HTTP_END, BB_HTTP_CUT or BB_HTTP_STALLED.
      */
     bool (*http_open)(void *ctx, const char *method, const char *path, const char *token, const char *body, size_t body_len,
-                      int *status, long *content_length, char *why, size_t why_cap);
+                      const bb_range_request *range, bb_http_head *head, char *why, size_t why_cap);
     long (*http_read)(void *ctx, uint8_t *buf, size_t cap);
     void (*http_close)(void *ctx);
     /* how long http_read waits for a byte before BB_HTTP_STALLED, for the badge's messages */
@@ -196,6 +253,9 @@ typedef struct {
     char version[BB_VERSION_MAX + 1];
     const char *cause; /* power-on, restart, wake, brownout, panic, watchdog, other */
     bool crashes;      /* the image crashes as it starts (SPEC 3.4 item 6) */
+    /* the release keys this image trusts; none: it verifies no signatures, as firmware before them */
+    uint8_t trusted_keys[BB_TRUSTED_KEYS][BB_PUBLIC_KEY_BYTES];
+    unsigned trusted_key_count;
 } bb_boot_info;
 
 /* What the main loop does next. */

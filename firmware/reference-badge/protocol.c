@@ -1,8 +1,9 @@
 /*
  * The badge's text messages (SPEC 4.8, firmware/README.md "Badge messages"): the version rule,
  * the key=value request builder, and the letter-line answer parser with what the check and the
- * sync answers mean. The same rules as firmware/version.ts, firmware/line-codec.ts and
- * badge-sim/badge-client.ts, so the server and both badges read a message alike.
+ * sync answers mean. The same rules as firmware/version.ts, firmware/line-codec.ts,
+ * firmware/badge-protocol.ts and badge-sim/network/badge-client.ts, so the server and both
+ * badges read a message alike.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -250,6 +251,7 @@ static bool read_offer(const bb_response *response, bb_check_answer *out) {
     const char *size = bb_response_value(response, 'Z');
     const char *md5 = bb_response_value(response, 'M');
     const char *path = bb_response_value(response, 'P');
+    const char *signature = bb_response_value(response, 'G');
     bb_offer *offer = &out->offer;
     char shown[BB_VERSION_MAX + 1];
     copy_text(shown, sizeof shown, version);
@@ -273,6 +275,12 @@ static bool read_offer(const bb_response *response, bb_check_answer *out) {
         snprintf(out->message, sizeof out->message, "offer of %s has a B (display) line longer than %u bytes", shown, BB_DISPLAY_MAX);
         return false;
     }
+    if (signature && !bb_signature_parse(signature, offer->key_id, offer->signature)) {
+        snprintf(out->message, sizeof out->message, "offer of %s has no valid G (signature) line: not a %u-hex-digit key id and an %u-character base64 signature",
+                 shown, BB_KEY_ID_HEX, BB_SIGNATURE_BASE64);
+        return false;
+    }
+    offer->is_signed = signature != NULL;
     copy_text(offer->version, sizeof offer->version, version);
     copy_text(offer->display, sizeof offer->display, display ? display : version);
     offer->size = to_u64(size);
@@ -371,4 +379,41 @@ void bb_sync_answer_read(int status, char *body, size_t len, bb_sync_answer *out
         out->tap_count++;
     }
     out->kind = BB_SYNC_SYNCED;
+}
+
+/* ---- Content-Range (issue 23) ---- */
+
+static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+
+/* 1 to 10 digits at *at, up to `stop` */
+static bool read_range_number(const char **at, char stop, uint64_t *out) {
+    const char *start = *at;
+    uint64_t value = 0;
+    while (is_digit(**at) && *at - start < 10) value = value * 10 + (uint64_t)(*(*at)++ - '0');
+    if (*at == start || **at != stop) return false;
+    *out = value;
+    return true;
+}
+
+bool bb_content_range_parse(const char *text, bb_content_range *out) {
+    if (!text) return false;
+    while (is_blank(*text)) text++;
+    size_t len = strlen(text);
+    while (len > 0 && is_blank(text[len - 1])) len--;
+    if (len < 6 || strncmp(text, "bytes ", 6) != 0) return false;
+    const char *at = text + 6;
+    const char *end = text + len;
+    bb_content_range range;
+    if (!read_range_number(&at, '-', &range.first)) return false;
+    at++;
+    if (!read_range_number(&at, '/', &range.last)) return false;
+    at++;
+    /* the total runs to the end of the trimmed text */
+    const char *start = at;
+    range.total = 0;
+    while (at < end && is_digit(*at) && at - start < 10) range.total = range.total * 10 + (uint64_t)(*at++ - '0');
+    if (at == start || at != end) return false;
+    if (range.first > range.last || range.last >= range.total) return false;
+    *out = range;
+    return true;
 }

@@ -4,24 +4,13 @@
 // the code and logs the message.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
-import { formatResponse, type ResponseLine } from "../../firmware/index.ts";
+import { BadgeRequestError, formatResponse, RECHECK_AFTER_S, type ResponseLine } from "../../firmware/index.ts";
 import { clientMistakeOf, databaseUnavailableOf, requestedUrl } from "../http/error-middleware.ts";
-import type { Next } from "../http/hot-routes.ts";
-import { authenticateDevice, type DeviceRow } from "../services/devices.ts";
-import type { Db } from "../store/schema.ts";
-
-/** The `S` line: seconds before the badge should contact the server again on its own. */
-export const RECHECK_AFTER_S = {
-  offer: 3600,
-  current: 6 * 3600,
-  noRelease: 6 * 3600,
-  batteryLow: 15 * 60,
-  sync: 15 * 60,
-  /** a request the server cannot read is a firmware bug: retrying soon only repeats it */
-  malformed: 24 * 3600,
-  serverTrouble: 5 * 60,
-  unauthorized: 0,
-} as const;
+import type { AuthFailureLimiter } from "../http/auth-failures.ts";
+import { bearerToken } from "../http/auth-middleware.ts";
+import { closeIfBodyUnread } from "../http/request-body.ts";
+import type { Next } from "../http/steps.ts";
+import type { AuthenticateDevice, DevicePrincipal } from "../services/devices.ts";
 
 export class BadgeError extends Error {
   override name = "BadgeError";
@@ -50,26 +39,36 @@ export const refusalLine = (code: string, message: string): ResponseLine => ({ l
 // On node's request, so the hot route (http/hot-routes.ts) and Express (whose Request extends it) share it.
 declare module "node:http" {
   interface IncomingMessage {
-    device?: DeviceRow;
+    device?: DevicePrincipal;
   }
 }
 
-export function deviceOf(req: IncomingMessage): DeviceRow {
+export function deviceOf(req: IncomingMessage): DevicePrincipal {
   if (!req.device) throw new Error("badge route mounted without deviceAuth");
   return req.device;
 }
 
+/** A bad token from a client past its failure budget: the `S` line says when to come back. */
+export const tooManyBadgeFailures = (retryAfterS: number) =>
+  new BadgeError(429, "too_many_failed_authentications", `too many failed authentications from this address; retry after ${retryAfterS} s`, retryAfterS);
+
 const unauthorized = (message: string) => new BadgeError(401, "unauthorized", message, RECHECK_AFTER_S.unauthorized);
 
-/** Device-token authentication; a revoked token gets 401 on every badge endpoint (the badge clears it). */
-export function deviceAuth(db: Db) {
+/**
+ * Device-token authentication; a revoked token gets 401 on every badge endpoint (the badge clears
+ * it). Past its address's failure budget (http/auth-failures.ts) a bad token gets 429, and the
+ * `S` line says when to come back.
+ */
+export function deviceAuth(authenticateDevice: AuthenticateDevice, failures: AuthFailureLimiter) {
   return async (req: IncomingMessage, _res: unknown, next: Next) => {
-    const match = /^Bearer ([^\s]+)$/i.exec(req.headers.authorization?.trim() ?? "");
-    if (!match) throw unauthorized("send 'Authorization: Bearer <DEVICE_TOKEN>'");
-    const token = match[1]!;
+    const token = bearerToken(req);
+    if (token === undefined) throw unauthorized("send 'Authorization: Bearer <DEVICE_TOKEN>'");
     if (token.startsWith("sk_")) throw unauthorized("API keys are not accepted on badge endpoints; use a device token");
-    const device = await authenticateDevice(db, token);
-    if (!device) throw unauthorized("invalid or revoked device token");
+    const device = await authenticateDevice(token);
+    if (!device) {
+      const retryAfterS = failures.noteFailure(req.socket.remoteAddress);
+      throw retryAfterS > 0 ? tooManyBadgeFailures(retryAfterS) : unauthorized("invalid or revoked device token");
+    }
     req.device = device;
     next();
   };
@@ -78,6 +77,7 @@ export function deviceAuth(db: Db) {
 /** A request Express could not read (too large, aborted, unknown charset, not inflatable) keeps its /v1 code. */
 function toBadgeError(error: unknown): BadgeError | undefined {
   if (error instanceof BadgeError) return error;
+  if (error instanceof BadgeRequestError) return new BadgeError(400, error.code, error.message);
   const clientMistake = clientMistakeOf(error);
   return clientMistake && new BadgeError(clientMistake.status, clientMistake.code, clientMistake.message);
 }
@@ -97,10 +97,12 @@ export function badgeErrorMiddleware(logger: Logger) {
         unavailableBadgeError(error) ?? new BadgeError(500, "server_error", "the server failed; it has been logged", RECHECK_AFTER_S.serverTrouble);
     }
     if (badgeError.status === 401) res.setHeader("WWW-Authenticate", 'Bearer realm="badgebench"');
+    if (badgeError.status === 429) res.setHeader("Retry-After", String(badgeError.recheckAfterS));
     if (res.headersSent) {
       res.destroy();
       return;
     }
+    closeIfBodyUnread(req, res);
     sendLines(res, badgeError.status, badgeError.recheckAfterS, [refusalLine(badgeError.code, badgeError.message)]);
   };
 }

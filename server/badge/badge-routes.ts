@@ -2,20 +2,21 @@
 // MAX_REQUEST_BYTES (read whatever the Content-Type says: badges are not strict about it), and
 // letter-line answers for errors too.
 import { Router } from "express";
-import type { Kysely } from "kysely";
 import type { Logger } from "pino";
-import { MAX_REQUEST_BYTES } from "../../firmware/index.ts";
-import type { ErrorStep, HotRoute } from "../http/hot-routes.ts";
+import { BADGE_PATHS, BADGE_PREFIX, MAX_REQUEST_BYTES } from "../../firmware/index.ts";
+import type { AuthFailureLimiter } from "../http/auth-failures.ts";
+import type { HotRoute } from "../http/hot-routes.ts";
 import { textBody } from "../http/request-body.ts";
-import type { ReleaseStore } from "../releases/release-store.ts";
-import type { Database } from "../store/schema.ts";
+import type { ErrorStep, Step } from "../http/steps.ts";
+import type { ReleaseStores } from "../releases/release-store.ts";
+import type { AuthenticateDevice } from "../services/devices.ts";
+import type { Clock, OpenRollout, RolloutEvaluator } from "../services/rollouts.ts";
+import type { DownloadGate } from "../services/load-shaping.ts";
 import type { WriteBatcher } from "../store/write-batcher.ts";
 import { badgeErrorMiddleware, BadgeError, deviceAuth } from "./badge-http.ts";
 import { otaCheck } from "./ota-check.ts";
 import { otaDownload } from "./ota-download.ts";
 import { badgeSync } from "./sync.ts";
-
-export const BADGE_PREFIX = "/api/badge";
 
 /**
  * The router mounted at BADGE_PREFIX, and the OTA check and the sync as hot routes
@@ -24,20 +25,33 @@ export const BADGE_PREFIX = "/api/badge";
  * one throws.
  */
 export function badgeRoutes(
-  deps: { db: Kysely<Database>; writes: WriteBatcher; releases: ReleaseStore; logger: Logger },
+  deps: {
+    /** each mode's open rollout, kept until the change feed moves (services/rollouts.ts) */
+    openRollout: OpenRollout;
+    authenticateDevice: AuthenticateDevice;
+    writes: WriteBatcher;
+    releases: ReleaseStores;
+    logger: Logger;
+    failures: AuthFailureLimiter;
+    rollouts: RolloutEvaluator;
+    clock: Clock;
+    downloads: DownloadGate;
+  },
   appErrors: ErrorStep,
 ): { router: Router; check: HotRoute; sync: HotRoute } {
   const router = Router();
   const { writes } = deps;
-  const auth = deviceAuth(deps.db);
+  // Every badge path passes `entry` first; the router mounts these same arrays, and the hot
+  // routes are built from them, so the two paths cannot run different steps.
+  const entry: Step[] = [deviceAuth(deps.authenticateDevice, deps.failures)];
   const text = textBody(MAX_REQUEST_BYTES);
-  const check = otaCheck(writes, deps.releases);
+  const checkSteps: Step[] = [text, otaCheck(deps.openRollout, writes, deps.releases)];
+  const syncSteps: Step[] = [text, badgeSync(writes, deps.rollouts, deps.clock)];
   const errors = badgeErrorMiddleware(deps.logger);
-  router.use(auth);
-  router.post("/ota/check", text, check);
-  router.get("/ota/download", otaDownload(writes, deps.releases, deps.logger));
-  const sync = badgeSync(writes);
-  router.post("/sync", text, sync);
+  router.use(...entry);
+  router.post(routerPath(BADGE_PATHS.check), ...checkSteps);
+  router.get(routerPath(BADGE_PATHS.download), otaDownload(deps.openRollout, writes, deps.releases, deps.downloads, deps.logger, deps.clock));
+  router.post(routerPath(BADGE_PATHS.sync), ...syncSteps);
   router.use((req) => {
     throw new BadgeError(404, "route_unknown", `no badge endpoint ${req.method} ${req.path}`);
   });
@@ -45,7 +59,10 @@ export function badgeRoutes(
   const onError = [errors, appErrors];
   return {
     router,
-    check: { method: "POST", path: `${BADGE_PREFIX}/ota/check`, steps: [auth, text, check], onError },
-    sync: { method: "POST", path: `${BADGE_PREFIX}/sync`, steps: [auth, text, sync], onError },
+    check: { method: "POST", path: BADGE_PATHS.check, steps: [...entry, ...checkSteps], onError },
+    sync: { method: "POST", path: BADGE_PATHS.sync, steps: [...entry, ...syncSteps], onError },
   };
 }
+
+/** A badge path as the router mounted at BADGE_PREFIX sees it. */
+const routerPath = (path: string) => path.slice(BADGE_PREFIX.length);

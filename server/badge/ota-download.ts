@@ -1,17 +1,22 @@
 // GET /api/badge/ota/download?v= (SPEC 4.9). The file is the manifest entry's, never a name
 // from the request; a badge may fetch only its own target release (the one a check would
 // offer it). The image is sent with Content-Length and no chunked framing (the badge sends
-// HTTP/1.0), in slices of one shared in-memory copy. Range is ignored: a 200 with the whole
-// image is the only answer, which a badge that asked for a range can tell from the status.
-// Every fetch is recorded with the bytes handed to the connection and whether it completed.
+// HTTP/1.0), in slices of one shared in-memory copy. A single Range is honoured (byte-range.ts
+// says which answer each request gets): 206 with exactly those bytes, sliced from the same copy,
+// or 416; every answer says `Accept-Ranges: bytes` and carries the image's strong ETag, its MD5
+// quoted, which a resuming badge sends back in If-Range. Over the cap of downloads in flight
+// (services/load-shaping.ts) the answer is 503 with Retry-After. Every fetch is recorded with the
+// bytes it serves, the bytes handed to the connection and whether it completed.
 import type { Request, Response } from "express";
 import type { Logger } from "pino";
-import { quote } from "../../firmware/index.ts";
-import { newId } from "../ids.ts";
-import { findRelease, targetFor, type ReleaseStore } from "../releases/release-store.ts";
-import { finishFetch, insertFetch } from "../store/ota-store.ts";
+import type { ReleaseStores } from "../releases/release-store.ts";
+import type { DownloadGate } from "../services/load-shaping.ts";
+import { endFetch, permitFetch, startFetch } from "../services/ota-fetches.ts";
+import type { Clock, OpenRollout } from "../services/rollouts.ts";
 import type { WriteBatcher } from "../store/write-batcher.ts";
 import { BadgeError, deviceOf } from "./badge-http.ts";
+import { imageEtag } from "../../firmware/index.ts";
+import { requestedRange } from "./byte-range.ts";
 
 const SLICE_BYTES = 64 * 1024;
 /** The longest the downloads write in one turn of the event loop before other requests are read. */
@@ -43,18 +48,18 @@ function writeTurn(): void {
 }
 
 /**
- * Writes the image slice by slice, the next one once the connection took the last and its turn
+ * Writes `body` slice by slice, the next one once the connection took the last and its turn
  * came (no stream in between: each slice is a view of the shared copy, written straight to the
  * response); resolves when the connection closes, with whether every byte was handed over.
  */
-function sendImage(res: Response, image: Buffer, sent: { bytes: number }): Promise<boolean> {
+function sendBody(res: Response, body: Buffer, sent: { bytes: number }): Promise<boolean> {
   return new Promise((resolve) => {
     let offset = 0;
     const writeMore = () => {
       // The badge may have gone while this download waited for its turn.
       if (res.destroyed) return;
-      while (offset < image.length) {
-        const slice = image.subarray(offset, offset + SLICE_BYTES);
+      while (offset < body.length) {
+        const slice = body.subarray(offset, offset + SLICE_BYTES);
         offset += slice.length;
         sent.bytes += slice.length;
         if (!res.write(slice)) {
@@ -75,47 +80,62 @@ function sendImage(res: Response, image: Buffer, sent: { bytes: number }): Promi
   });
 }
 
-export function otaDownload(writes: WriteBatcher, releases: ReleaseStore, logger: Logger) {
+interface Served {
+  fetchId: string;
+  outcome: "completed" | "cut";
+  bytesSent: number;
+}
+
+export function otaDownload(openRollout: OpenRollout, writes: WriteBatcher, releases: ReleaseStores, gate: DownloadGate, logger: Logger, clock: Clock) {
   return async (req: Request, res: Response) => {
     const device = deviceOf(req);
     const version = req.query.v;
     if (typeof version !== "string" || version.length === 0) {
       throw new BadgeError(400, "malformed_request", "give the version to download once, as ?v=<version>");
     }
-    const manifest = await releases.read();
-    const entry = findRelease(manifest, version);
-    if (!entry) throw new BadgeError(404, "release_unknown", `no published release ${quote(version, 40)}`);
-    if (targetFor(manifest, device.id)?.version !== entry.version) {
-      throw new BadgeError(403, "not_offered", `release ${entry.version} is not offered to this badge; check for updates first`);
+    if (!gate.enter()) {
+      const retryAfterS = gate.retryAfterS(device.id);
+      res.setHeader("Retry-After", String(retryAfterS));
+      throw new BadgeError(503, "busy", `too many downloads in flight; resume after ${retryAfterS} s`, retryAfterS);
     }
-    const image = await releases.imageBytes(entry);
-    const fetchId = newId("fch");
-    const startedAt = new Date().toISOString();
-    await writes.run((trx) =>
-      insertFetch(trx, {
-        id: fetchId,
-        device_id: device.id,
-        version: entry.version,
-        size: entry.size,
-        bytes_sent: 0,
-        outcome: "sending",
-        started_at: startedAt,
-        ended_at: null,
-      }),
+    // The place is given back once the connection closed, before the end is recorded.
+    let served: Served;
+    try {
+      served = await serve(req, res, version);
+    } finally {
+      gate.leave();
+    }
+    await endFetch(writes, served.fetchId, served.outcome, served.bytesSent, clock()).catch((err: unknown) =>
+      logger.error({ err, fetchId: served.fetchId }, "recording the end of a download failed"),
     );
-    res.writeHead(200, {
+  };
+
+  async function serve(req: Request, res: Response, version: string): Promise<Served> {
+    const device = deviceOf(req);
+    const permit = await permitFetch(openRollout, releases, device, version);
+    if (permit.kind === "refused") throw new BadgeError(permit.status, permit.code, permit.message);
+    const { entry, image } = permit;
+    const etag = imageEtag(entry.md5);
+    res.setHeader("Accept-Ranges", "bytes");
+    res.setHeader("ETag", etag);
+    const range = requestedRange(req.get("range"), req.get("if-range"), entry.size, etag);
+    if (range.kind === "unsatisfiable") {
+      res.setHeader("Content-Range", `bytes */${entry.size}`);
+      throw new BadgeError(416, "range_unsatisfiable", `the image has ${entry.size} bytes; ask for a range that starts before its end`);
+    }
+    const [first, last] = range.kind === "part" ? [range.first, range.last] : [0, entry.size - 1];
+    const fetchId = await startFetch(writes, device, entry, first, last, clock());
+    res.writeHead(range.kind === "part" ? 206 : 200, {
       "Content-Type": "application/octet-stream",
-      "Content-Length": String(entry.size),
+      "Content-Length": String(last - first + 1),
+      ...(range.kind === "part" ? { "Content-Range": `bytes ${first}-${last}/${entry.size}` } : {}),
       "Cache-Control": "no-store",
     });
     const sent = { bytes: 0 };
     // "completed" means every byte was handed to the connection; otherwise the badge went away
     // or the link dropped. The kernel may still hold the tail when the link drops, which only the
     // badge's `ota=` report can tell.
-    const outcome = (await sendImage(res, image, sent)) ? "completed" : "cut";
-    const endedAt = new Date().toISOString();
-    await writes
-      .run((trx) => finishFetch(trx, fetchId, outcome, sent.bytes, endedAt))
-      .catch((err: unknown) => logger.error({ err, fetchId }, "recording the end of a download failed"));
-  };
+    const outcome = (await sendBody(res, image.subarray(first, last + 1), sent)) ? "completed" : "cut";
+    return { fetchId, outcome, bytesSent: sent.bytes };
+  }
 }

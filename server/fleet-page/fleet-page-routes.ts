@@ -1,13 +1,13 @@
-// The fleet page at /fleet: three static files that hold no data and need no key to load (the
+// The fleet page at /fleet: static files that hold no data and need no key to load (the
 // page asks for an API key and calls /v1 with it, SPEC 5.2). The Content-Security-Policy lets
 // the page run only its own script and talk only to this server, so even a badge name that
 // slipped into the page as markup could not run.
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import { Router, type Response } from "express";
+import { PACKAGE_ROOT } from "../package-root.ts";
 
-const PAGE_DIR = path.dirname(fileURLToPath(import.meta.url));
-const ASSETS = new Set(["fleet.js", "fleet.css"]);
+const PAGE_DIR = path.join(PACKAGE_ROOT, "server/fleet-page");
+const ASSETS = new Set(["fleet.js", "dom.js", "rollout.js", "fleet.css"]);
 
 const POLICY = [
   "default-src 'none'",

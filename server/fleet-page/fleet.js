@@ -1,7 +1,11 @@
-// The fleet page: every badge's firmware state, the releases and their canaries, and promote.
+// The fleet page: every badge's firmware state, the releases and their canaries, promote, and the
+// staged rollout (rollout.js).
 // It asks for an API key and keeps it in this module's memory only (no storage, no cookies),
 // sends it as a bearer token to the /v1 API of the server that served the page, and writes
 // everything it got from the API as text (textContent), never as HTML.
+
+import { cell, el, icon, listUnusable, showMessage, timeText } from "./dom.js";
+import { renderRollout } from "./rollout.js";
 
 const PAGE_SIZE = 50;
 const REFRESH_MS = 30_000;
@@ -15,6 +19,7 @@ const STATES = {
   unreleased: "Unreleased",
   unknown: "Unknown",
   current: "Current",
+  revoked: "Revoked",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -57,41 +62,8 @@ async function api(method, path, body, idempotencyKey) {
   return { status: response.status, body: json };
 }
 
-// ---- small DOM helpers: every piece of API data goes in through textContent ----
-
-function el(tag, options = {}, children = []) {
-  const node = document.createElement(tag);
-  if (options.text !== undefined) node.textContent = options.text;
-  if (options.className) node.className = options.className;
-  for (const [name, value] of Object.entries(options.attrs ?? {})) node.setAttribute(name, value);
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
-
-function icon(name) {
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("class", "icon");
-  svg.setAttribute("aria-hidden", "true");
-  const use = document.createElementNS("http://www.w3.org/2000/svg", "use");
-  use.setAttribute("href", `#icon-${name}`);
-  svg.append(use);
-  return svg;
-}
-
 function stateBadge(state) {
   return el("span", { className: `state state-${state}` }, [icon(state), el("span", { text: STATES[state] ?? state })]);
-}
-
-function cell(label, children, className) {
-  return el("td", { attrs: { "data-label": label }, className }, children);
-}
-
-function timeText(iso) {
-  if (!iso) return el("span", { text: "never" });
-  const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
-  const ago =
-    seconds < 60 ? "just now" : seconds < 3600 ? `${Math.floor(seconds / 60)} min ago` : seconds < 86400 ? `${Math.floor(seconds / 3600)} h ago` : `${Math.floor(seconds / 86400)} days ago`;
-  return el("time", { text: ago, attrs: { datetime: iso, title: new Date(iso).toLocaleString() } });
 }
 
 function reportText(report) {
@@ -162,7 +134,7 @@ async function loadAll() {
   clearTimeout(view.refreshTimer);
   clearTimeout(view.retryTimer);
   try {
-    const [devices, releases] = await Promise.all([api("GET", devicesQuery()), api("GET", "/v1/releases")]);
+    const [devices, releases, rollouts] = await Promise.all([api("GET", devicesQuery()), api("GET", "/v1/releases"), api("GET", "/v1/rollouts")]);
     if (number !== view.loadNumber || view.key === null) return;
     if (devices.status === 403) throw new KeyRefused(`This key cannot list badges: ${devices.body.error.message} Use a key with devices:read.`);
     if (devices.status !== 200) {
@@ -177,6 +149,7 @@ async function loadAll() {
     renderCounts(devices.body.state_counts);
     renderDevices(devices.body);
     renderReleases(releases);
+    renderRollout(rollouts, { api, reload: loadAll, failed: apiFailed });
     showConnection();
     view.refreshTimer = setTimeout(() => loadAll(), REFRESH_MS);
   } catch (error) {
@@ -256,17 +229,12 @@ function renderDevices(page) {
 
 function renderReleases(answer) {
   const body = $("releases-table").querySelector("tbody");
-  if (answer.status === 403) {
-    body.replaceChildren();
-    showReleaseMessage("This key cannot see releases (it needs releases:read).", false);
-    return;
-  }
-  if (answer.status !== 200) {
-    showReleaseMessage(`Could not load the releases: ${answer.body.error?.message ?? `HTTP ${answer.status}`}`, true);
-    return;
-  }
+  if (listUnusable(answer, "releases", "releases:read", "releases-message", body)) return;
+  // A key sees its own mode's releases only: say which, so a test key's list is never taken for the live fleet's.
+  const mode = answer.body.livemode ? "live" : "test";
+  $("releases-heading").textContent = `Releases (${mode} mode)`;
   if (answer.body.data.length === 0) {
-    body.replaceChildren(el("tr", {}, [el("td", { text: "No release published yet.", attrs: { colspan: "5" } })]));
+    body.replaceChildren(el("tr", {}, [el("td", { text: `No ${mode}-mode release published yet.`, attrs: { colspan: "5" } })]));
     return;
   }
   keepingFocus(body, "data-promote", () => body.replaceChildren(...answer.body.data.map(releaseRow)));
@@ -295,13 +263,16 @@ function releaseRow(release) {
   ]);
 }
 
-function showReleaseMessage(text, refused) {
-  const message = $("releases-message");
-  message.textContent = text;
-  message.classList.toggle("refused", refused);
-}
+const showReleaseMessage = (text, refused) => showMessage("releases-message", text, refused);
 
 // ---- promote ----
+
+/** A write's call failed: a refused key is asked for again, a lost server shown; anything else is a bug. */
+function apiFailed(error) {
+  if (error instanceof KeyRefused) return askForKey(`${error.message} Enter another key.`);
+  if (error instanceof Disconnected) return disconnected();
+  throw error;
+}
 
 async function promote(version, force) {
   // One key per attempt: a refusal is kept for its key, and the next attempt is a new request.
@@ -311,9 +282,7 @@ async function promote(version, force) {
   try {
     answer = await api("POST", `/v1/releases/${encodeURIComponent(version)}/promote`, body, idempotencyKey);
   } catch (error) {
-    if (error instanceof KeyRefused) return askForKey(`${error.message} Enter another key.`);
-    if (error instanceof Disconnected) return disconnected();
-    throw error;
+    return apiFailed(error);
   }
   const dialog = $("promote-dialog");
   if (answer.status === 200) {

@@ -3,7 +3,8 @@
 import type { IncomingMessage } from "node:http";
 import { ApiError } from "../errors.ts";
 import type { Authenticate, Principal, Scope } from "../services/api-keys.ts";
-import type { Next } from "./hot-routes.ts";
+import { tooManyFailures, type AuthFailureLimiter } from "./auth-failures.ts";
+import type { Next } from "./steps.ts";
 
 // On node's request, so the hot routes (hot-routes.ts) and Express (whose Request extends it) share it.
 declare module "node:http" {
@@ -17,21 +18,27 @@ const unauthenticated = (code: string, message: string) =>
     headers: { "WWW-Authenticate": 'Bearer realm="badgebench"' },
   });
 
-export function bearerAuth(authenticate: Authenticate) {
+/** The bearer token of a request, or undefined without a well-formed Authorization header. */
+export const bearerToken = (req: IncomingMessage) => /^Bearer ([^\s]+)$/i.exec(req.headers.authorization?.trim() ?? "")?.[1];
+
+export function bearerAuth(authenticate: Authenticate, failures: AuthFailureLimiter) {
   return async (req: IncomingMessage, _res: unknown, next: Next) => {
     const header = req.headers.authorization;
     if (!header) {
       throw unauthenticated("api_key_missing", "No API key provided. Send 'Authorization: Bearer <API_KEY>'.");
     }
-    const match = /^Bearer ([^\s]+)$/i.exec(header.trim());
-    if (!match) {
+    const token = bearerToken(req);
+    if (token === undefined) {
       throw unauthenticated("api_key_invalid", "Malformed Authorization header. Expected 'Bearer <API_KEY>'.");
     }
-    if (match[1]!.startsWith("dtk_")) {
+    if (token.startsWith("dtk_")) {
       throw unauthenticated("api_key_invalid", "Device tokens open the badge endpoints only; /v1 and /api/mcp take an API key.");
     }
-    const principal = await authenticate(match[1]!);
-    if (!principal) throw unauthenticated("api_key_invalid", "Invalid or revoked API key.");
+    const principal = await authenticate(token);
+    if (!principal) {
+      const retryAfterS = failures.noteFailure(req.socket.remoteAddress);
+      throw retryAfterS > 0 ? tooManyFailures(retryAfterS) : unauthenticated("api_key_invalid", "Invalid or revoked API key.");
+    }
     req.principal = principal;
     next();
   };

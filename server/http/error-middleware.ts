@@ -7,7 +7,9 @@ import type { Request } from "express";
 import type { Logger } from "pino";
 import { ApiError } from "../errors.ts";
 import { isDatabaseUnavailable } from "../store/dialect.ts";
-import type { Next } from "./hot-routes.ts";
+import type { Next } from "./steps.ts";
+import { MAX_JSON_DEPTH } from "./json-depth.ts";
+import { closeIfBodyUnread } from "./request-body.ts";
 import { sendJson } from "./send-json.ts";
 
 /**
@@ -33,6 +35,8 @@ export function clientMistakeOf(error: unknown): ApiError | undefined {
   switch (reading.type) {
     case "entity.parse.failed":
       return invalidRequest(400, "body_invalid_json", "The request body is not valid JSON.");
+    case "entity.too.deep":
+      return invalidRequest(400, "body_too_deep", `The request body is nested more than ${MAX_JSON_DEPTH} levels deep; no field takes more than a few.`);
     case "entity.too.large":
       return invalidRequest(413, "body_too_large", "The request body is too large.");
     case "encoding.unsupported":
@@ -75,6 +79,7 @@ export function errorMiddleware(logger: Logger) {
           databaseUnavailableOf(error) ??
           new ApiError(500, "api_error", "internal_error", "An internal error occurred. It has been logged."));
     if (apiError.status >= 500) logger.error({ err: error, method: req.method, url: requestedUrl(req) }, "request failed");
+    closeIfBodyUnread(req, res);
     sendJson(res, apiError.status, apiError.toBody(), apiError.headers);
   };
 }

@@ -4,12 +4,13 @@
 // profiles of the create and check benchmarks put Express's app and router layers (path matching
 // through three nested routers, per-layer closures, its request and response prototypes) at a
 // large share of a request's CPU; a sync of one tap cost 0.54 ms of server CPU through Express
-// and 0.34 ms on its hot route (scripts/bench-sync.ts --taps 1). A hot route runs the SAME
+// and 0.34 ms on its hot route (scripts/bench/bench-sync.ts --taps 1). A hot route runs the SAME
 // middleware and handler functions, in the order Express runs them for that path, and its errors
 // go through the same error middleware; only the path matching is skipped. Anything else,
 // including these paths written any other way (a trailing slash, other letter case, a query
 // string), goes to Express.
 import type { IncomingMessage, RequestListener, ServerResponse } from "node:http";
+import type { ErrorStep, Next, Step } from "./steps.ts";
 
 declare module "node:http" {
   interface IncomingMessage {
@@ -17,11 +18,6 @@ declare module "node:http" {
     body?: unknown;
   }
 }
-
-export type Next = (error?: unknown) => void;
-/** A middleware or handler that needs nothing of Express: plain node request and response. */
-export type Step = (req: IncomingMessage, res: ServerResponse, next: Next) => unknown;
-export type ErrorStep = (error: unknown, req: IncomingMessage, res: ServerResponse, next: Next) => unknown;
 
 export interface HotRoute {
   method: string;

@@ -3,7 +3,8 @@
 // fix it and retry with the same key), and only then does the write run through the gate.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ApiError } from "../errors.ts";
-import { IdempotencyGate, MAX_KEY_LENGTH, requestFingerprint, type Operation } from "../services/idempotency.ts";
+import { IdempotencyGate, MAX_KEY_LENGTH, requestFingerprint, type KeyedRequest, type Operation, type StoredResponse } from "../services/idempotency.ts";
+import type { CombinableWrite } from "../store/write-batcher.ts";
 import { principalOf } from "./auth-middleware.ts";
 import { sendJson } from "./send-json.ts";
 
@@ -36,9 +37,18 @@ function pathOf(req: IncomingMessage & { baseUrl?: string; path?: string }): str
   return req.path === undefined ? req.url! : (req.baseUrl ?? "") + req.path;
 }
 
-export async function sendIdempotent(req: IncomingMessage, res: ServerResponse, gate: IdempotencyGate, key: string, operation: Operation) {
+const REPLAYED = { "Idempotent-Replayed": "true" };
+
+/** A replay says so; one whose answer showed a secret once names the fields it now holds null in. */
+const replayHeaders = (withheld: string[]) => (withheld.length === 0 ? REPLAYED : { ...REPLAYED, "Idempotent-Withheld": withheld.join(", ") });
+
+/** The write through the gate: an operation, or a request of a grouped write (IdempotencyGate.runGrouped). */
+export type IdempotentWrite<I> = Operation | { grouped: CombinableWrite<KeyedRequest<I>, StoredResponse>; input: I };
+
+export async function sendIdempotent<I>(req: IncomingMessage, res: ServerResponse, gate: IdempotencyGate, key: string, write: IdempotentWrite<I>) {
   const principal = principalOf(req);
+  const owner = { livemode: principal.livemode, apiKeyId: principal.keyId };
   const fingerprint = requestFingerprint(req.method!, pathOf(req), req.body);
-  const result = await gate.run(principal.livemode, key, fingerprint, operation);
-  sendJson(res, result.status, result.body, result.replayed ? { "Idempotent-Replayed": "true" } : {});
+  const result = typeof write === "function" ? await gate.run(owner, key, fingerprint, write) : await gate.runGrouped(owner, key, fingerprint, write.grouped, write.input);
+  sendJson(res, result.status, result.body, result.replayed ? replayHeaders(result.withheld) : {});
 }

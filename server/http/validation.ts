@@ -3,22 +3,6 @@
 import { z } from "zod";
 import { invalidParam } from "../errors.ts";
 
-export const RECORD_STATUSES = ["present", "late", "absent", "excused"] as const;
-export type RecordStatus = (typeof RECORD_STATUSES)[number];
-
-export const SESSION_STATUSES = ["scheduled", "open", "closed", "cancelled"] as const;
-export type SessionStatus = (typeof SESSION_STATUSES)[number];
-
-function isRealDate(value: string): boolean {
-  const date = new Date(`${value}T00:00:00Z`);
-  return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 10) === value;
-}
-
-export const isoDate = z
-  .string()
-  .regex(/^\d{4}-\d{2}-\d{2}$/, "must be a date in the form YYYY-MM-DD")
-  .refine(isRealDate, "is not a real calendar date");
-
 export const limitParam = z
   .string()
   .regex(/^\d+$/, "must be a whole number from 1 to 200")

@@ -2,6 +2,7 @@
 // The SDK's own checks answer some mistakes with tool results or Express HTML pages; every
 // mistake is caught here first and answered with a defined JSON-RPC error.
 import type { z } from "zod";
+import { exceedsJsonDepth, MAX_JSON_DEPTH } from "../http/json-depth.ts";
 
 export const JSON_RPC = {
   parseError: -32700,
@@ -53,27 +54,7 @@ export interface JsonRpcNotification {
   params: Record<string, unknown>;
 }
 
-/** Deeper JSON than any tool argument needs is refused before anything walks it. */
-export const MAX_JSON_DEPTH = 32;
-
 const invalidRequest = (message: string, id: RequestId | null = null) => new JsonRpcFailure(400, JSON_RPC.invalidRequest, message, id);
-
-/** Nesting depth of a JSON text (brackets outside strings), stopping as soon as it passes `max`. */
-function exceedsDepth(json: string, max: number): boolean {
-  let depth = 0;
-  let inString = false;
-  for (let i = 0; i < json.length; i++) {
-    const c = json.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return true;
-    } else if (c === 0x5d || c === 0x7d) depth--;
-  }
-  return false;
-}
 
 const isPlainObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
@@ -92,14 +73,14 @@ export function readMessage(body: Buffer): JsonRpcRequest | JsonRpcNotification 
   } catch {
     throw new JsonRpcFailure(400, JSON_RPC.parseError, "Parse error: the request body is not valid UTF-8.");
   }
-  if (exceedsDepth(text, MAX_JSON_DEPTH)) {
-    throw invalidRequest(`Invalid Request: the JSON is nested more than ${MAX_JSON_DEPTH} levels deep.`);
-  }
   let message: unknown;
   try {
     message = JSON.parse(text);
   } catch {
     throw new JsonRpcFailure(400, JSON_RPC.parseError, "Parse error: the request body is not valid JSON.");
+  }
+  if (exceedsJsonDepth(message)) {
+    throw invalidRequest(`Invalid Request: the JSON is nested more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   if (Array.isArray(message)) {
     throw invalidRequest("Invalid Request: batches are not supported (MCP removed JSON-RPC batching in 2025-06-18); send one message per request.");

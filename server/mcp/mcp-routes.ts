@@ -1,23 +1,29 @@
 // POST /api/mcp: MCP over Streamable HTTP in the SDK's stateless mode, with JSON answers.
 // Before the SDK sees a message this route checks what the SDK would answer differently from
 // what our clients need (api-conventions.md, MCP part): it serves a client whose Accept names
-// only application/json (a plain curl), answers unknown tools and bad arguments with JSON-RPC
-// -32602 naming the field (the SDK makes them isError results), and answers every malformed
+// only application/json (a plain curl), answers unknown tools with JSON-RPC -32602 and bad
+// arguments with -32602 naming the field (an isError result for 2025-11-25 clients, as that
+// revision asks: mcp-revisions.ts), refuses foreign browser origins, and answers every malformed
 // body with a JSON-RPC error rather than Express's HTML page. Notifications get 202 at once.
 // GET and DELETE (with a valid key, like every request) are 405: the server keeps no sessions
 // and pushes nothing.
-import express, { Router, type NextFunction, type Request, type Response } from "express";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { Router, type NextFunction, type Request, type Response } from "express";
 import type { Kysely } from "kysely";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { ApiError } from "../errors.ts";
-import { bearerAuth, principalOf } from "../http/auth-middleware.ts";
+import { principalOf } from "../http/auth-middleware.ts";
+import type { Step } from "../http/steps.ts";
 import { clientMistakeOf, databaseUnavailableOf } from "../http/error-middleware.ts";
-import type { Authenticate, Principal, Scope } from "../services/api-keys.ts";
+import { closeIfBodyUnread, rawBody } from "../http/request-body.ts";
+import { sendJson } from "../http/send-json.ts";
+import type { Principal, Scope } from "../services/api-keys.ts";
 import type { Database } from "../store/schema.ts";
 import { firstIssue, JSON_RPC, JsonRpcFailure, readMessage, type JsonRpcRequest } from "./json-rpc.ts";
 import { buildMcpServer } from "./mcp-server.ts";
+import { checkOrigin, inputErrorsAsResults, revisionOf } from "./mcp-revisions.ts";
 import { pipelineTools, type PipelineTool } from "./pipeline-tools.ts";
 import { loadMcpSdk } from "./sdk.ts";
 
@@ -69,8 +75,16 @@ async function checkProtocolVersion(req: Request) {
   }
 }
 
-/** Checks a tools/call completely (tool, scope, arguments) so the SDK only runs valid calls; returns the tool. */
-function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map<string, PipelineTool>): PipelineTool {
+/** Arguments that failed the tool's input schema, for a client whose revision takes them as a tool result. */
+class ToolInputError extends Error {
+  override name = "ToolInputError";
+}
+
+/**
+ * Checks a tools/call completely (tool, scope, arguments) so the SDK only runs valid calls;
+ * returns the tool. Bad arguments are -32602 before 2025-11-25 and a ToolInputError from it on.
+ */
+function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map<string, PipelineTool>, revision: string): PipelineTool {
   const params = parseParams(callParams, request);
   const tool = tools.get(params.name);
   if (!tool) {
@@ -80,6 +94,7 @@ function checkToolCall(request: JsonRpcRequest, principal: Principal, tools: Map
   const result = tool.input.safeParse(params.arguments, { reportInput: true });
   if (!result.success) {
     const { field, message } = firstIssue(result.error, tool.misspellings);
+    if (inputErrorsAsResults(revision)) throw new ToolInputError(`Invalid arguments for ${tool.name}: ${message} (${field}). Correct it and call again.`);
     throw invalidParams(request, `Invalid arguments for ${tool.name}: ${message}.`, { tool: tool.name, field });
   }
   return tool;
@@ -95,8 +110,10 @@ export function mcpRoutes(deps: {
   codec: CursorCodec;
   logger: Logger;
   logSynced: () => Promise<void>;
-  /** the server's API-key authentication, shared with /v1 (and its cache with it) */
-  authenticate: Authenticate;
+  /** the server's API-key authentication middleware, shared with /v1 (its cache and failure budget with it) */
+  auth: Step;
+  /** browser origins besides the server's own that may call the endpoint (mcp-revisions.ts, checkOrigin) */
+  allowedOrigins: readonly string[];
 }): Router {
   const tools = pipelineTools(deps.codec);
   const toolsByName = new Map(tools.map((tool) => [tool.name, tool]));
@@ -125,8 +142,12 @@ export function mcpRoutes(deps: {
     }
   }
 
-  router.use(bearerAuth(deps.authenticate));
-  router.post("/", express.raw({ type: () => true, limit: MCP_MAX_BODY_BYTES }), async (req, res) => {
+  router.use((req, _res, next) => {
+    checkOrigin(req, deps.allowedOrigins);
+    next();
+  });
+  router.use(deps.auth);
+  router.post("/", rawBody(MCP_MAX_BODY_BYTES), async (req, res) => {
     const principal = principalOf(req);
     requireScope(principal, READ_SCOPE, null, "the tool endpoint");
     const mediaType = (req.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
@@ -145,7 +166,13 @@ export function mcpRoutes(deps: {
         message.params = parseParams(initializeParams, message);
         break;
       case "tools/call":
-        writes = !checkToolCall(message, principal, toolsByName).readOnly;
+        try {
+          writes = !checkToolCall(message, principal, toolsByName, revisionOf(req, message.method, message.params, (await loadMcpSdk()).protocolVersions)).readOnly;
+        } catch (error) {
+          if (!(error instanceof ToolInputError)) throw error;
+          res.json({ jsonrpc: "2.0", id: message.id, result: { content: [{ type: "text", text: error.message }], isError: true } });
+          return;
+        }
         break;
       default:
         if (!KNOWN_METHODS.includes(message.method)) {
@@ -171,26 +198,34 @@ export function mcpRoutes(deps: {
     );
   });
 
-  // Every refusal on this path is JSON-RPC shaped, the authentication ones included.
-  router.use((error: unknown, req: Request, res: Response, _next: NextFunction) => {
+  router.use(mcpErrorHandler(deps.logger));
+
+  return router;
+}
+
+/**
+ * Every refusal on this path is JSON-RPC shaped, the authentication ones included (the app's
+ * failed-authentication gate answers through it too).
+ */
+export function mcpErrorHandler(logger: Logger) {
+  return (error: unknown, req: IncomingMessage & { originalUrl?: string }, res: ServerResponse, _next?: NextFunction) => {
     let failure: JsonRpcFailure;
     if (error instanceof JsonRpcFailure) failure = error;
     else {
       const apiError = error instanceof ApiError ? error : (clientMistakeOf(error) ?? databaseUnavailableOf(error));
       if (apiError?.code === "database_unavailable") {
-        deps.logger.error({ err: error, method: req.method, url: req.originalUrl }, "tool endpoint request failed");
+        logger.error({ err: error, method: req.method, url: req.originalUrl }, "tool endpoint request failed");
         failure = new JsonRpcFailure(apiError.status, JSON_RPC.internalError, apiError.message, null, undefined, apiError.headers);
       } else if (apiError && apiError.status < 500) {
         const code = apiError.status === 401 || apiError.status === 403 ? JSON_RPC.unauthorized : JSON_RPC.invalidRequest;
         const limit = apiError.code === "body_too_large" ? ` The limit is ${MCP_MAX_BODY_BYTES / 1024 / 1024} MiB.` : "";
         failure = new JsonRpcFailure(apiError.status, code, `${apiError.message}${limit}`, null, undefined, apiError.headers);
       } else {
-        deps.logger.error({ err: error, method: req.method, url: req.originalUrl }, "tool endpoint request failed");
+        logger.error({ err: error, method: req.method, url: req.originalUrl }, "tool endpoint request failed");
         failure = new JsonRpcFailure(500, JSON_RPC.internalError, "Internal error. It has been logged.");
       }
     }
-    res.status(failure.status).set(failure.headers).json(failure.toBody());
-  });
-
-  return router;
+    closeIfBodyUnread(req, res);
+    sendJson(res, failure.status, failure.toBody(), failure.headers);
+  };
 }

@@ -23,7 +23,7 @@ export async function buildMcpServer(tools: readonly PipelineTool[], context: To
         description: `${tool.description} Needs the ${tool.scope} scope.`,
         inputSchema: tool.input,
         outputSchema: tool.output,
-        annotations: { readOnlyHint: tool.readOnly, idempotentHint: tool.idempotent, destructiveHint: false, openWorldHint: false },
+        annotations: { readOnlyHint: tool.readOnly, idempotentHint: tool.idempotent, destructiveHint: tool.destructive, openWorldHint: false },
       },
       async (args: unknown): Promise<CallToolResult> => {
         try {

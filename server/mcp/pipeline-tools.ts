@@ -6,7 +6,8 @@ import type { Kysely } from "kysely";
 import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { ApiError } from "../errors.ts";
-import { idParam, isoDate } from "../http/validation.ts";
+import { idParam } from "../http/validation.ts";
+import { isoDate } from "../iso-date.ts";
 import type { Scope } from "../services/api-keys.ts";
 import * as pipelines from "../services/pipelines.ts";
 import { STAGE_PRIORITIES, STAGE_STATUSES } from "../services/pipelines.ts";
@@ -26,6 +27,8 @@ export interface ToolDefinition<Input extends z.ZodType = z.ZodType, Output exte
   readOnly: boolean;
   /** calling it twice with the same arguments leaves the same state */
   idempotent: boolean;
+  /** it may overwrite what is there (false: it only reads, or only adds) */
+  destructive: boolean;
   /** argument names that are the other tool's spelling, with this tool's (SPEC 4.7 uses both) */
   misspellings?: Record<string, string>;
   input: Input;
@@ -108,6 +111,7 @@ export function pipelineTools(codec: CursorCodec) {
       scope: "pipelines:read",
       readOnly: true,
       idempotent: true,
+      destructive: false,
       input: listInput,
       output: z.object({
         object: z.literal("list"),
@@ -124,6 +128,7 @@ export function pipelineTools(codec: CursorCodec) {
       scope: "pipelines:read",
       readOnly: true,
       idempotent: true,
+      destructive: false,
       input: z.strictObject({ pipeline_id: idParam("pip").describe("the pipeline_id from list_pipelines") }),
       output: pipelineView,
       run: (context, args) => pipelines.getPipeline(context.db, context.livemode, args.pipeline_id),
@@ -137,6 +142,7 @@ export function pipelineTools(codec: CursorCodec) {
       scope: "pipelines:write",
       readOnly: false,
       idempotent: false,
+      destructive: false,
       misspellings: { due_date: "dueDate" },
       input: z.strictObject({
         name: text(200),
@@ -167,6 +173,7 @@ export function pipelineTools(codec: CursorCodec) {
       scope: "pipelines:write",
       readOnly: false,
       idempotent: true,
+      destructive: true,
       misspellings: { dueDate: "due_date" },
       input: z
         .strictObject({

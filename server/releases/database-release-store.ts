@@ -1,19 +1,26 @@
-// Releases in the database (migration 0005_releases), the default on PostgreSQL: instances on
-// several machines share releases without a shared disk. Images are inserted once and never
+// Releases in the database (migrations 0005_releases, 0009_release_modes), the default on
+// PostgreSQL: instances on several machines share releases without a shared disk. Each mode has
+// its own manifest row (keyed by livemode); images are shared, named by version and hash, so the
+// same bytes published in both modes are stored once. Images are inserted once and never
 // changed, and checked against the manifest's SHA-256 whenever an instance loads one into its
 // in-memory copy. The manifest is one row replaced in the transaction that stored its images, so
 // a reader sees the old manifest or the new one, never a torn one, and never a manifest naming
 // an image that is not there. Each replacement gets a fresh revision: an instance reads the
-// revision (one short row) on every request and the manifest itself only when it changed, so a
-// publish on one instance is offered by every instance on its next request. Requests arriving
-// together share one revision read: one that arrives while a read is under way waits for the
-// next read, started after it arrived (a read started before it might predate a publish it must
-// see), and every request waiting then shares that one.
+// revision (one short row) and the manifest itself only when it changed. Given the store's change
+// feed (store/change-feed.ts; the server passes it), an instance keeps the manifest it read until
+// the feed moves: a publish or promote announces itself in its transaction, so every instance
+// offers it from the next request after the notification, and never later than the feed's check
+// interval (500 ms by default); this process's own publishes from its next request. Without the
+// feed the revision is read on every request. Requests arriving together share one revision
+// read: one that arrives while a read is under way waits for the next read, started after it
+// arrived (a read started before it might predate a publish it must see), and every request
+// waiting then shares that one.
 import { randomUUID } from "node:crypto";
 import type { Kysely } from "kysely";
 import { EMPTY_MANIFEST, parseManifest, type Manifest, type ReleaseEntry } from "../../firmware/index.ts";
 import { findImage, imageSha256, insertImage, lockReleases, manifestRevision, readManifestRow, writeManifestRow } from "../store/releases-store.ts";
-import type { Database, Db } from "../store/schema.ts";
+import { announceChange, noteLocalChange, type ChangeFeed } from "../store/change-feed.ts";
+import type { Database, Db, Livemode } from "../store/schema.ts";
 import {
   checkedImage,
   checkManifestToWrite,
@@ -30,6 +37,8 @@ const LOCK_WAIT_MS = 5000;
 
 export interface DatabaseReleaseStoreOptions {
   lockWaitMs?: number;
+  /** keep the manifest read until the feed moves, instead of reading its revision on every call */
+  changes?: ChangeFeed;
 }
 
 function parseManifestRow(row: { body: string } | undefined): Manifest {
@@ -47,23 +56,31 @@ function parseManifestRow(row: { body: string } | undefined): Manifest {
 
 export class DatabaseReleaseStore implements ReleaseStore {
   readonly kind = "database";
+  readonly livemode: Livemode;
   readonly #db: Kysely<Database>;
   readonly #lockWaitMs: number;
-  /** The last committed manifest this instance read, with its revision. */
-  #cached: { revision: string; manifest: Manifest } | undefined;
+  readonly #changes: ChangeFeed | undefined;
+  /** The last committed manifest this instance read, with its revision and the change feed's value before the read. */
+  #cached: { revision: string; manifest: Manifest; feed?: number } | undefined;
   /** The read under way, and the one queued to start when it ends (shared by whoever asks meanwhile). */
   #running: Promise<Manifest> | undefined;
   #queued: Promise<Manifest> | undefined;
   readonly #images = new ImageCache();
 
-  constructor(db: Kysely<Database>, options: DatabaseReleaseStoreOptions = {}) {
+  constructor(db: Kysely<Database>, livemode: Livemode, options: DatabaseReleaseStoreOptions = {}) {
+    this.livemode = livemode;
     this.#db = db;
     this.#lockWaitMs = options.lockWaitMs ?? LOCK_WAIT_MS;
+    this.#changes = options.changes;
   }
 
   async read(db: Db = this.#db): Promise<Manifest> {
     // Inside a transaction the row may be its own uncommitted change: read, never cache.
-    if (db.isTransaction) return parseManifestRow(await readManifestRow(db));
+    if (db.isTransaction) return parseManifestRow(await readManifestRow(db, this.livemode));
+    if (this.#changes && this.#cached?.feed !== undefined) {
+      const feed = this.#changes.current();
+      if ((typeof feed === "number" ? feed : await feed) === this.#cached.feed) return this.#cached.manifest;
+    }
     if (this.#queued) return this.#queued;
     if (!this.#running) return this.#start();
     const queued = this.#running.catch(() => undefined).then(() => this.#start());
@@ -83,12 +100,16 @@ export class DatabaseReleaseStore implements ReleaseStore {
   }
 
   async #readCommitted(): Promise<Manifest> {
-    const revision = await manifestRevision(this.#db);
+    const feed = this.#changes === undefined ? undefined : await this.#changes.current();
+    const revision = await manifestRevision(this.#db, this.livemode);
     if (revision === undefined) return EMPTY_MANIFEST;
-    if (this.#cached?.revision === revision) return this.#cached.manifest;
-    const row = await readManifestRow(this.#db);
+    if (this.#cached?.revision === revision) {
+      this.#cached.feed = feed;
+      return this.#cached.manifest;
+    }
+    const row = await readManifestRow(this.#db, this.livemode);
     const manifest = parseManifestRow(row);
-    if (row) this.#cached = { revision: row.revision, manifest };
+    if (row) this.#cached = { revision: row.revision, manifest, feed };
     return manifest;
   }
 
@@ -111,15 +132,18 @@ export class DatabaseReleaseStore implements ReleaseStore {
       }
       return work({
         db: trx,
-        read: async () => parseManifestRow(await readManifestRow(trx)),
+        read: async () => parseManifestRow(await readManifestRow(trx, this.livemode)),
         storeImage: (bytes, version, sha256) => this.#storeImage(trx, bytes, version, sha256),
         replaceManifest: async (manifest) => {
           checkManifestToWrite(manifest);
-          await writeManifestRow(trx, { revision: randomUUID(), body: JSON.stringify(manifest), updatedAt: new Date().toISOString() });
+          const row = { revision: randomUUID(), body: JSON.stringify(manifest), updatedAt: new Date().toISOString() };
+          await announceChange(trx, (announcing) => writeManifestRow(announcing, this.livemode, row));
         },
       });
     };
-    return db.isTransaction ? locked(db) : db.transaction().execute(locked);
+    if (db.isTransaction) return locked(db);
+    // The caches of this process move once more after the commit, so none keeps the manifest read before it.
+    return db.transaction().execute(locked).finally(noteLocalChange);
   }
 
   async #storeImage(trx: Kysely<Database>, bytes: Uint8Array, version: string, sha256: string): Promise<string> {

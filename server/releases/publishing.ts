@@ -2,6 +2,9 @@
 // holds, before anything is written; a release that passes is stored as an immutable image plus
 // a new manifest. With a canary the release is offered to that one badge until it is promoted,
 // which needs the badge's `ota=ok|VERSION` report (or --force, which the manifest records).
+// Everything happens within one mode's releases (the ReleaseStore given): the canary must be a
+// badge of that mode, and only its reports count.
+import type { KeyObject } from "node:crypto";
 import fs from "node:fs";
 import type { Kysely } from "kysely";
 import {
@@ -19,13 +22,16 @@ import {
   OTA_SLOT_BYTES,
   parseVersion,
   sha256Hex,
+  trustedKeysIn,
   type Manifest,
   type ReleaseEntry,
 } from "../../firmware/index.ts";
 import { findDevice } from "../store/devices-store.ts";
 import { latestOkReport } from "../store/ota-store.ts";
-import type { Database, OtaReportsTable } from "../store/schema.ts";
-import { findRelease, type ReleaseStore } from "./release-store.ts";
+import { findOpenRollout } from "../store/rollouts-store.ts";
+import type { Database, Livemode, OtaReportsTable } from "../store/schema.ts";
+import { findRelease, modeName, type ReleaseStore } from "./release-store.ts";
+import { signImage } from "./signing-keys.ts";
 
 export const WIFI_PASSWORD_ENV = "BADGE_DEV_WIFI_PASSWORD";
 
@@ -50,6 +56,8 @@ export interface PublishInput {
   notes: string[];
   display?: string;
   canary?: string;
+  /** The Ed25519 private key that signs the image (signing-keys.ts readSigningKey); unsigned without one. */
+  signingKey?: KeyObject;
   /** The developer Wi-Fi password no release may contain; undefined when none is configured. */
   devWifiPassword: string | undefined;
   now?: Date;
@@ -139,6 +147,13 @@ function checkImage(bytes: Uint8Array, input: PublishInput): Refusal[] {
       message: "image contains the developer Wi-Fi password; build the release configuration without it",
     });
   }
+  // A badge that installs a signed image without keys stops verifying: the next image could be anyone's.
+  if (input.signingKey && trustedKeysIn(bytes).length === 0) {
+    refusals.push({
+      code: "image_trusts_no_key",
+      message: "image is signed but trusts no public key, so badges running it would install unsigned images; build it with the release keys it trusts",
+    });
+  }
   return refusals;
 }
 
@@ -160,10 +175,18 @@ function checkVersionOrder(manifest: Manifest, version: string): Refusal[] {
   return [];
 }
 
-async function checkCanary(db: Kysely<Database>, deviceId: string | undefined): Promise<Refusal[]> {
+async function checkCanary(db: Kysely<Database>, deviceId: string | undefined, livemode: Livemode): Promise<Refusal[]> {
   if (deviceId === undefined) return [];
   const device = await findDevice(db, deviceId);
   if (!device) return [{ code: "canary_unknown", message: `canary ${deviceId} is not a known device (see badgebench devices list)` }];
+  if (device.livemode !== livemode) {
+    return [
+      {
+        code: "canary_other_mode",
+        message: `canary ${deviceId} is a ${modeName(device.livemode)}-mode badge; a ${modeName(livemode)} release's canary must be a ${modeName(livemode)} badge (or publish with --mode ${modeName(device.livemode)})`,
+      },
+    ];
+  }
   if (device.revoked_at !== null) return [{ code: "canary_revoked", message: `canary ${deviceId} has a revoked token` }];
   return [];
 }
@@ -174,7 +197,7 @@ export async function publishRelease(db: Kysely<Database>, releases: ReleaseStor
   const { bytes, refusal } = readImage(input.imagePath);
   if (refusal) refusals.push(refusal);
   if (bytes) refusals.push(...checkImage(bytes, input));
-  refusals.push(...(await checkCanary(db, input.canary)));
+  refusals.push(...(await checkCanary(db, input.canary, releases.livemode)));
   refusals.push(...checkVersionOrder(await releases.read(), input.version));
   if (refusals.length > 0 || !bytes) throw new PublishRefusal(what, refusals);
 
@@ -191,6 +214,7 @@ export async function publishRelease(db: Kysely<Database>, releases: ReleaseStor
       size: bytes.length,
       md5: md5Hex(bytes),
       sha256,
+      ...(input.signingKey ? { signature: signImage(bytes, input.signingKey) } : {}),
       notes: input.notes,
       published_at: (input.now ?? new Date()).toISOString(),
       canary: input.canary ?? null,
@@ -207,6 +231,8 @@ export async function publishRelease(db: Kysely<Database>, releases: ReleaseStor
 
 export interface PromoteOptions {
   force?: boolean;
+  /** the staged rollout completing, which promotes its own release */
+  byRollout?: string;
   /** Why; recorded in the manifest. Required when forcing: an override nobody explained is not an audit trail. */
   reason?: string;
   now?: Date;
@@ -224,9 +250,10 @@ export interface PromotionCheck {
 
 /**
  * Whether a release may become the fleet's: the one rule behind `release promote`, the API's
- * promote and the releases list's `promotion` field.
+ * promote and the releases list's `promotion` field. A release in an open staged rollout goes to
+ * the fleet through it (`byRollout`: the rollout completing), never around it.
  */
-export async function checkPromotion(db: Kysely<Database>, manifest: Manifest, version: string): Promise<PromotionCheck> {
+export async function checkPromotion(db: Kysely<Database>, livemode: Livemode, manifest: Manifest, version: string, byRollout?: string): Promise<PromotionCheck> {
   const entry = findRelease(manifest, version);
   const refused = (code: string, message: string): PromotionCheck => ({ entry, report: undefined, refusal: { code, message } });
   if (!entry) return refused("release_unknown", `no published release ${version}`);
@@ -234,11 +261,15 @@ export async function checkPromotion(db: Kysely<Database>, manifest: Manifest, v
   const fleet = manifest.fleet === null ? undefined : findRelease(manifest, manifest.fleet);
   const newer = manifest.releases.slice(manifest.releases.indexOf(entry) + 1).find((r) => r === fleet);
   if (newer) return refused("release_superseded", `the fleet already runs ${newer.version}, which is newer than ${version}`);
-  const report = await latestOkReport(db, entry.canary, version, entry.published_at);
+  const rollout = await findOpenRollout(db, livemode);
+  if (rollout?.version === version && rollout.id !== byRollout) {
+    return refused("release_in_rollout", `${version} is in staged rollout ${rollout.id} (${rollout.status}); it reaches the fleet when the rollout completes, or abort the rollout first`);
+  }
+  const report = await latestOkReport(db, livemode, entry.canary, version, entry.published_at);
   if (!report) {
     return refused(
       "canary_not_confirmed",
-      `canary ${entry.canary} has not reported ota=ok|${version}; wait for its sync, or force the promotion with a reason (recorded in the manifest)`,
+      `canary ${entry.canary} has not reported ota=ok|${version} as a ${modeName(livemode)}-mode badge; wait for its sync, or force the promotion with a reason (recorded in the manifest)`,
     );
   }
   return { entry, report, refusal: undefined };
@@ -263,7 +294,7 @@ export async function promoteRelease(
   const what = `promote ${version}`;
   return releases.withLock(db, async (locked) => {
     const manifest = await locked.read();
-    const { entry, report, refusal } = await checkPromotion(locked.db, manifest, version);
+    const { entry, report, refusal } = await checkPromotion(locked.db, releases.livemode, manifest, version, options.byRollout);
     const overridden = refusal?.code === "canary_not_confirmed" && options.force === true;
     if (refusal && !overridden) throw new PublishRefusal(what, [refusal]);
     const reasonRefusal = checkReason(options.reason, overridden);

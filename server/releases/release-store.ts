@@ -1,5 +1,10 @@
-// Where releases live, behind one interface (ReleaseStore) with two implementations:
-// - FileReleaseStore, here: images and the manifest under <data>/releases, the default with
+// Where releases live, behind one interface (ReleaseStore) with two implementations. Each mode
+// has its own store (ReleaseStores): live releases are offered to live badges and promoted by
+// live keys, test releases to test badges by test keys, exactly as every other object is kept
+// apart (issue 28). Each mode's manifest stands alone (its own fleet release, its own version
+// order, its own promotion records), so the manifest format needs no mode field.
+// - FileReleaseStore, here: images and the manifest under <data>/releases (live) or
+//   <data>/test-releases (test), the default with
 //   SQLite. Images are written once and never changed (a badge was told their MD5); the
 //   manifest is replaced atomically (temp file, fsync, rename, fsync of the directory), so a
 //   crash at any point leaves the old manifest or the new one, never a torn one. The server
@@ -12,9 +17,10 @@ import fs from "node:fs";
 import path from "node:path";
 import type { Kysely } from "kysely";
 import { EMPTY_MANIFEST, parseManifest, sha256Hex, type Manifest, type ReleaseEntry } from "../../firmware/index.ts";
-import type { Database, Db } from "../store/schema.ts";
+import type { Database, Db, Livemode } from "../store/schema.ts";
 
-export const RELEASES_DIR = "releases";
+/** Each mode's release directory under the data directory; live keeps the name it had before modes. */
+export const RELEASES_DIRS: { readonly [mode in Livemode]: string } = { 1: "releases", 0: "test-releases" };
 const MANIFEST_FILE = "manifest.json";
 const LOCK_FILE = "publish.lock";
 /** Images kept in memory: the fleet's release and a few canaries (each at most 1.875 MiB). */
@@ -46,6 +52,8 @@ export interface LockedReleases {
 
 export interface ReleaseStore {
   readonly kind: ReleaseStoreKind;
+  /** The mode whose releases these are: only badges and keys of this mode see them. */
+  readonly livemode: Livemode;
   /**
    * The current manifest, the empty one before the first publish; a damaged one is an error.
    * Cheap when nothing changed (a file stat, or one short row), and current on every call, so a
@@ -67,6 +75,12 @@ export interface ReleaseStore {
    */
   withLock<T>(db: Kysely<Database>, work: (locked: LockedReleases) => Promise<T>): Promise<T>;
 }
+
+/** The releases of each mode: `releases[device.livemode]`, `releases[key.livemode]`. */
+export type ReleaseStores = { readonly [mode in Livemode]: ReleaseStore };
+
+/** How a mode is named to people (the CLI, refusals, the fleet page). */
+export const modeName = (livemode: Livemode): "live" | "test" => (livemode === 1 ? "live" : "test");
 
 /** Checks loaded image bytes against their manifest entry; `where` names the image in the error. */
 export function checkedImage(bytes: Buffer, entry: ReleaseEntry, where: string): Buffer {
@@ -112,14 +126,16 @@ interface CachedManifest {
 
 export class FileReleaseStore implements ReleaseStore {
   readonly kind = "files";
+  readonly livemode: Livemode;
   readonly dir: string;
   readonly imagesDir: string;
   readonly manifestFile: string;
   #cached: CachedManifest | undefined;
   readonly #images = new ImageCache();
 
-  constructor(dataDir: string) {
-    this.dir = path.join(dataDir, RELEASES_DIR);
+  constructor(dataDir: string, livemode: Livemode) {
+    this.livemode = livemode;
+    this.dir = path.join(dataDir, RELEASES_DIRS[livemode]);
     this.imagesDir = path.join(this.dir, "images");
     this.manifestFile = path.join(this.dir, MANIFEST_FILE);
   }

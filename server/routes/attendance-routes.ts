@@ -3,16 +3,18 @@ import type { Kysely } from "kysely";
 import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
-import type { Step } from "../http/hot-routes.ts";
+import type { Step } from "../http/steps.ts";
 import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
-import { idParam, isoDate, limitParam, parseInput, pathId, RECORD_STATUSES } from "../http/validation.ts";
+import { idParam, limitParam, parseInput, pathId } from "../http/validation.ts";
+import { isoDate } from "../iso-date.ts";
 import * as attendance from "../services/attendance.ts";
+import { RECORD_STATUSES } from "../services/attendance.ts";
 import type { IdempotencyGate } from "../services/idempotency.ts";
 import type { Database } from "../store/schema.ts";
 
 const text = z.string().min(1, "must not be empty").max(100, "must be at most 100 characters");
 
-const listQuery = z.strictObject({
+export const listQuery = z.strictObject({
   from: isoDate.optional(),
   to: isoDate.optional(),
   course_code: text.optional(),
@@ -24,7 +26,7 @@ const listQuery = z.strictObject({
   cursor: z.string().min(1).max(2000).optional(),
 });
 
-const createBody = z
+export const createBody = z
   .strictObject({
     session_id: idParam("ses"),
     external_id: text.optional(),
@@ -37,7 +39,7 @@ const createBody = z
     message: "give exactly one of external_id or student_id",
   });
 
-const correctBody = z.strictObject({
+export const correctBody = z.strictObject({
   status: z.enum(RECORD_STATUSES),
   reason: z.string().trim().min(1, "must not be empty: every correction needs a reason").max(500, "must be at most 500 characters"),
 });
@@ -49,7 +51,7 @@ export function createRecordSteps(deps: { gate: IdempotencyGate }): Step[] {
     async (req, res) => {
       const key = requireIdempotencyKey(req);
       const body = parseInput(createBody, req.body, "body");
-      await sendIdempotent(req, res, deps.gate, key, (trx) => attendance.createRecord(trx, principalOf(req), body));
+      await sendIdempotent(req, res, deps.gate, key, { grouped: attendance.createRecords, input: { principal: principalOf(req), input: body } });
     },
   ];
 }

@@ -1,20 +1,22 @@
 // The fleet as administrators see it: GET /v1/devices (each badge with its firmware state; filters,
-// sorts, pages and counts per state for the fleet page) and
+// sorts, pages and counts per state for the fleet page), POST /v1/devices and
+// POST /v1/devices/{id}/revoke (a badge's token issued and withdrawn, as `badgebench devices
+// add|revoke` do, so a simulation can set up on a server it cannot open), and
 // GET /v1/device_taps (card taps as received, the rejected ones kept for review).
 import { Router } from "express";
 import type { Kysely } from "kysely";
 import { z } from "zod";
-import { filterFingerprint, toPage, type CursorCodec } from "../cursor.ts";
-import { notFound } from "../errors.ts";
+import { hasControlCharacter } from "../../firmware/index.ts";
+import { filterFingerprint, type CursorCodec } from "../cursor.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
+import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
 import { idParam, limitParam, parseInput, pathId } from "../http/validation.ts";
-import type { ReleaseStore } from "../releases/release-store.ts";
-import { FIRMWARE_STATES, FLEET_SORTS, fleetViewOf, listFleet } from "../services/devices.ts";
-import { findDevice } from "../store/devices-store.ts";
-import type { Database, DeviceTapsTable } from "../store/schema.ts";
-import { listTaps } from "../store/taps-store.ts";
+import type { ReleaseStores } from "../releases/release-store.ts";
+import { addDevice, DEVICE_TEXT_MAX, deviceView, FIRMWARE_STATES, FLEET_SORTS, listDeviceTaps, listFleet, withdrawDevice } from "../services/devices.ts";
+import type { IdempotencyGate } from "../services/idempotency.ts";
+import type { Database } from "../store/schema.ts";
 
-const devicesQuery = z.strictObject({
+export const devicesQuery = z.strictObject({
   state: z.enum(FIRMWARE_STATES).optional(),
   room: z.string().min(1).max(100).optional(),
   model: z.string().min(1).max(100).optional(),
@@ -24,39 +26,31 @@ const devicesQuery = z.strictObject({
   cursor: z.string().min(1).max(2000).optional(),
 });
 
-const tapsQuery = z.strictObject({
+const deviceText = z
+  .string()
+  .max(DEVICE_TEXT_MAX)
+  .refine((value) => value.trim().length > 0 && !hasControlCharacter(value), `must be 1 to ${DEVICE_TEXT_MAX} printable characters`);
+
+export const createBody = z.strictObject({ room: deviceText, model: deviceText, name: deviceText.optional() });
+
+export const tapsQuery = z.strictObject({
   result: z.enum(["accepted", "rejected"]).optional(),
   device_id: idParam("dev").optional(),
   limit: limitParam,
   cursor: z.string().min(1).max(2000).optional(),
 });
 
-function tapView(row: DeviceTapsTable) {
-  return {
-    id: row.id,
-    object: "device_tap",
-    livemode: row.livemode === 1,
-    device: { id: row.device_id },
-    card_uid: row.card_uid,
-    tapped_at: row.tapped_at,
-    received_at: row.received_at,
-    result: row.result,
-    reason: row.reason,
-    session: row.session_id === null ? null : { id: row.session_id },
-    student: row.student_id === null ? null : { id: row.student_id },
-    record: row.record_id === null ? null : { id: row.record_id },
-  };
-}
 
-export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; releases: ReleaseStore }): Router {
+export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; releases: ReleaseStores; gate: IdempotencyGate }): Router {
   const router = Router();
 
   router.get("/devices", requireScope("devices:read"), async (req, res) => {
     const { limit, cursor, ...filterParams } = parseInput(devicesQuery, req.query, "query");
     const filters = filterFingerprint("devices", filterParams);
     const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
-    const fleet = await listFleet(deps.db, await deps.releases.read(), new Date(), {
-      livemode: principalOf(req).livemode,
+    const livemode = principalOf(req).livemode;
+    const fleet = await listFleet(deps.db, await deps.releases[livemode].read(), new Date(), {
+      livemode,
       ...filterParams,
       after: position?.after,
       limit,
@@ -73,18 +67,26 @@ export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; 
   });
 
   router.get("/devices/:id", requireScope("devices:read"), async (req, res) => {
-    const id = pathId(req.params);
-    const device = await findDevice(deps.db, id, principalOf(req).livemode);
-    if (!device) throw notFound("device", id);
-    res.json(await fleetViewOf(deps.db, device, await deps.releases.read(), new Date()));
+    const livemode = principalOf(req).livemode;
+    res.json(await deviceView(deps.db, livemode, pathId(req.params), await deps.releases[livemode].read(), new Date()));
+  });
+
+  // A retry with the same Idempotency-Key adds no second badge. Its replay holds the token as
+  // null (Idempotent-Withheld: token): a token is shown once and stored hashed only, so a caller
+  // that lost the first answer revokes that device (the replay names it) and adds another.
+  router.post("/devices", requireScope("devices:write"), async (req, res) => {
+    const key = requireIdempotencyKey(req);
+    const input = parseInput(createBody, req.body, "body");
+    const { livemode } = principalOf(req);
+    await sendIdempotent(req, res, deps.gate, key, async (trx) => ({ status: 201, body: await addDevice(trx, livemode, input) }));
+  });
+
+  router.post("/devices/:id/revoke", requireScope("devices:write"), async (req, res) => {
+    res.json(await withdrawDevice(deps.db, principalOf(req).livemode, pathId(req.params)));
   });
 
   router.get("/device_taps", requireScope("devices:read"), async (req, res) => {
-    const { limit, cursor, ...filterParams } = parseInput(tapsQuery, req.query, "query");
-    const filters = filterFingerprint("device_taps", filterParams);
-    const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
-    const rows = await listTaps(deps.db, { livemode: principalOf(req).livemode, ...filterParams, after: position?.after, limit: limit + 1 });
-    res.json(toPage(rows, limit, { codec: deps.codec, filters, keyOf: (row) => [row.received_at, row.id], view: tapView }));
+    res.json(await listDeviceTaps(deps.db, deps.codec, principalOf(req).livemode, parseInput(tapsQuery, req.query, "query")));
   });
 
   return router;

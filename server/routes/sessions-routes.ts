@@ -4,12 +4,14 @@ import { z } from "zod";
 import type { CursorCodec } from "../cursor.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
 import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
-import { isoDate, limitParam, parseInput, pathId, SESSION_STATUSES } from "../http/validation.ts";
+import { limitParam, parseInput, pathId } from "../http/validation.ts";
+import { isoDate } from "../iso-date.ts";
 import type { IdempotencyGate } from "../services/idempotency.ts";
 import * as sessions from "../services/sessions.ts";
+import { SESSION_STATUSES } from "../services/sessions.ts";
 import type { Database } from "../store/schema.ts";
 
-const listQuery = z.strictObject({
+export const listQuery = z.strictObject({
   date: isoDate.optional(),
   course_code: z.string().min(1).max(100).optional(),
   status: z.enum(SESSION_STATUSES).optional(),

@@ -3,30 +3,30 @@
 import { Router } from "express";
 import type { Kysely } from "kysely";
 import { z } from "zod";
-import { filterFingerprint, toPage, type CursorCodec } from "../cursor.ts";
+import type { CursorCodec } from "../cursor.ts";
 import { invalidParam } from "../errors.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
 import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
 import { idParam, limitParam, parseInput, pathId } from "../http/validation.ts";
 import type { IdempotencyGate } from "../services/idempotency.ts";
+import { EVENT_TYPES, type EventType } from "../services/outbox.ts";
 import * as webhooks from "../services/webhook-endpoints.ts";
 import type { Database } from "../store/schema.ts";
-import { listAttempts, listEndpoints } from "../store/webhooks-store.ts";
 
 const url = z.string().min(1, "must not be empty").max(webhooks.MAX_URL_LENGTH, `must be at most ${webhooks.MAX_URL_LENGTH} characters`);
 const eventList = z.array(z.string().max(100)).min(1, "must list at least one event type, or '*' for all");
 const description = z.string().max(500, "must be at most 500 characters");
 
-const createBody = z.strictObject({ url, enabled_events: eventList, description: description.optional() });
-const updateBody = z
+export const createBody = z.strictObject({ url, enabled_events: eventList, description: description.optional() });
+export const updateBody = z
   .strictObject({ url: url.optional(), enabled_events: eventList.optional(), description: description.nullable().optional(), disabled: z.boolean().optional() })
   .refine((body) => Object.keys(body).length > 0, { path: ["body"], message: "name at least one of url, enabled_events, description, disabled" });
-const testBody = z.strictObject({ type: z.string().max(100) });
-const resendBody = z.strictObject({ event: idParam("evt") });
-const listQuery = z.strictObject({ limit: limitParam, cursor: z.string().min(1).max(2000).optional() });
-const attemptsQuery = z.strictObject({ event: idParam("evt").optional(), limit: limitParam, cursor: z.string().min(1).max(2000).optional() });
+export const testBody = z.strictObject({ type: z.string().max(100) });
+export const resendBody = z.strictObject({ event: idParam("evt") });
+export const listQuery = z.strictObject({ limit: limitParam, cursor: z.string().min(1).max(2000).optional() });
+export const attemptsQuery = z.strictObject({ event: idParam("evt").optional(), limit: limitParam, cursor: z.string().min(1).max(2000).optional() });
 
-const knownTypes: readonly string[] = webhooks.EVENT_TYPES;
+const knownTypes: readonly string[] = EVENT_TYPES;
 
 function checkEventTypes(types: string[]): string[] {
   for (const type of types) {
@@ -57,12 +57,7 @@ export function webhookEndpointsRoutes(deps: {
   });
 
   router.get("/webhook_endpoints", scope, async (req, res) => {
-    const { limit, cursor } = parseInput(listQuery, req.query, "query");
-    const filters = filterFingerprint("webhook_endpoints", {});
-    const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
-    const rows = await listEndpoints(deps.db, { livemode: principalOf(req).livemode, after: position?.after, limit: limit + 1 });
-    const now = new Date();
-    res.json(toPage(rows, limit, { codec: deps.codec, filters, keyOf: (row) => [row.created_at, row.id], view: (row) => webhooks.endpointView(row, now) }));
+    res.json(await webhooks.listEndpoints(deps.db, deps.codec, principalOf(req).livemode, parseInput(listQuery, req.query, "query")));
   });
 
   router.get("/webhook_endpoints/:id", scope, async (req, res) => {
@@ -100,7 +95,7 @@ export function webhookEndpointsRoutes(deps: {
     if (!knownTypes.includes(type)) {
       throw invalidParam("type", `Unknown event type '${type}'. Test deliveries exist for: ${knownTypes.join(", ")}.`, "event_type_unknown");
     }
-    res.json(await webhooks.sendTestDelivery(deps.db, deps.webhooks, livemode, pathId(req.params), type as webhooks.EventType));
+    res.json(await webhooks.sendTestDelivery(deps.db, deps.webhooks, livemode, pathId(req.params), type as EventType));
   });
 
   router.post("/webhook_endpoints/:id/resend", scope, async (req, res) => {
@@ -111,11 +106,7 @@ export function webhookEndpointsRoutes(deps: {
 
   router.get("/webhook_endpoints/:id/attempts", scope, async (req, res) => {
     const { limit, cursor, event } = parseInput(attemptsQuery, req.query, "query");
-    const endpoint = await webhooks.getEndpoint(deps.db, principalOf(req).livemode, pathId(req.params));
-    const filters = filterFingerprint(`webhook_attempts:${endpoint.id}`, { event });
-    const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
-    const rows = await listAttempts(deps.db, { endpointId: endpoint.id, eventId: event, before: position?.after, limit: limit + 1 });
-    res.json(toPage(rows, limit, { codec: deps.codec, filters, keyOf: (row) => [row.attempted_at, row.id], view: webhooks.attemptView }));
+    res.json(await webhooks.listAttempts(deps.db, deps.codec, principalOf(req).livemode, pathId(req.params), { limit, cursor, event }));
   });
 
   return router;

@@ -1,8 +1,10 @@
 // API keys: `sk_test_...` / `sk_live_...`, shown once at creation and stored hashed (secrets.ts).
 import { newId } from "../ids.ts";
 import * as keysStore from "../store/api-keys-store.ts";
+import type { ChangeFeed } from "../store/change-feed.ts";
 import type { Kysely } from "kysely";
 import type { Database, Livemode } from "../store/schema.ts";
+import { cachedLookup } from "./feed-cache.ts";
 import { lookupOf, newSecret, secretMatches } from "./secrets.ts";
 
 export type Mode = "test" | "live";
@@ -13,12 +15,13 @@ export const SCOPES = {
   "attendance:write": "create and correct records (includes attendance:read)",
   "sessions:write": "open, close and cancel sessions (includes attendance:read)",
   "devices:read": "list badges with their firmware state, and the card taps they sent",
+  "devices:write": "add badges (their token shown once) and revoke them (includes devices:read)",
   "pipelines:read": "list and read pipelines and their stages through the tool endpoint (/api/mcp)",
   "pipelines:write": "create pipelines and update stages through the tool endpoint (includes pipelines:read)",
   "events:read": "list and retrieve events (GET /v1/events), to catch up after a webhook outage",
   "webhooks:write": "manage webhook endpoints, roll their secrets, send test deliveries and resends, read delivery logs (includes events:read)",
-  "releases:read": "list firmware releases with their canary badge and its last report",
-  "releases:write": "promote a canary release to the fleet (includes releases:read)",
+  "releases:read": "list firmware releases with their canary badge and its last report, and staged rollouts",
+  "releases:write": "promote a canary release to the fleet, start and move staged rollouts (includes releases:read)",
 } as const;
 
 export type Scope = keyof typeof SCOPES;
@@ -28,6 +31,7 @@ const IMPLIED: Partial<Record<Scope, Scope[]>> = {
   "sessions:write": ["attendance:read"],
   "pipelines:write": ["pipelines:read"],
   "webhooks:write": ["events:read"],
+  "devices:write": ["devices:read"],
   "releases:write": ["releases:read"],
 };
 
@@ -132,40 +136,12 @@ async function authenticate(db: Kysely<Database>, token: string): Promise<Princi
 
 export type Authenticate = (token: string) => Promise<Principal | undefined>;
 
-/** How many tokens' principals a server keeps; past it the cache starts again empty. */
-export const PRINCIPAL_CACHE_SIZE = 1000;
-
 /**
- * `authenticate` with recent tokens' principals kept in memory while nothing could have changed
- * them: a lookup is a read transaction of its own plus two hashes, a large share of a small
- * write's cost. The cache is emptied when `dataVersion` (SQLite's data_version: another
- * connection or process, such as `badgebench keys revoke`, committed) or this process's own
- * writes to api_keys (apiKeyWrites, on any connection) say something changed, so a revoked key
- * is refused from the next request on, as without the cache. Without `dataVersion` (PostgreSQL,
- * where other instances write unseen) every request looks its key up. Only keys that
- * authenticated are kept, so unknown tokens cannot fill it.
+ * `authenticate` with recent keys' principals kept in memory (feed-cache.ts): a lookup is a
+ * database read plus two hashes, a large share of a small write's cost. A key revoked anywhere
+ * (this process, another instance, `badgebench keys revoke`) is refused once the change feed has
+ * moved: from the next request on SQLite and on this instance, within the feed's bound elsewhere.
  */
-export function cachedAuthenticator(db: Kysely<Database>, dataVersion: (() => number) | undefined): Authenticate {
-  if (!dataVersion) return (token) => authenticate(db, token);
-  const principals = new Map<string, Principal>();
-  let seenVersion = dataVersion();
-  let seenWrites = keysStore.apiKeyWrites();
-  return async (token) => {
-    const version = dataVersion();
-    const writes = keysStore.apiKeyWrites();
-    if (version !== seenVersion || writes !== seenWrites) {
-      principals.clear();
-      seenVersion = version;
-      seenWrites = writes;
-    }
-    const cached = principals.get(token);
-    if (cached) return cached;
-    const principal = await authenticate(db, token);
-    // A key written while the lookup waited may have been read before the write: not kept.
-    if (principal && keysStore.apiKeyWrites() === writes) {
-      if (principals.size >= PRINCIPAL_CACHE_SIZE) principals.clear();
-      principals.set(token, principal);
-    }
-    return principal;
-  };
+export function cachedAuthenticator(db: Kysely<Database>, changes: ChangeFeed): Authenticate {
+  return cachedLookup(changes, (token) => authenticate(db, token));
 }

@@ -11,13 +11,17 @@ import type { Kysely, Transaction } from "kysely";
 import { conflict, invalidParam, notFound } from "../errors.ts";
 import { CursorCodec, filterFingerprint, toPage, type ListEnvelope } from "../cursor.ts";
 import { newId } from "../ids.ts";
-import type { RecordStatus } from "../http/validation.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
-import { insertEvents } from "../store/webhooks-store.ts";
 import type { Database, Db, EventsTable, Livemode, RecordsTable } from "../store/schema.ts";
+import { eventRow, writeEvent, writeEvents } from "./outbox.ts";
 import type { Principal } from "./api-keys.ts";
-import type { StoredResponse } from "./idempotency.ts";
+import { groupedWrite, keyAnswer, refusalResponse, type StoredResponse } from "./idempotency.ts";
+import { RUN_ALONE, together } from "../store/write-batcher.ts";
+
+/** An attendance record's status; a device capture makes only present or late. */
+export const RECORD_STATUSES = ["present", "late", "absent", "excused"] as const;
+export type RecordStatus = (typeof RECORD_STATUSES)[number];
 
 export interface Actor {
   type: "user" | "device";
@@ -169,37 +173,27 @@ export function actorOf(principal: Principal): Actor {
   return { type: "user", id: principal.user.id, name: principal.user.name };
 }
 
-/** An outbox row for the `events` table; write it in the transaction of the change it reports. */
-export function eventRow(livemode: Livemode, type: string, data: Record<string, unknown>, now: Date): EventsTable {
-  const id = newId("evt", now.getTime());
-  const event = { id, object: "event", type, created: Math.floor(now.getTime() / 1000), livemode: livemode === 1, data };
-  return { id, livemode, type, created_at: now.toISOString(), payload: JSON.stringify(event) };
+/** What a create's checks read: its session and its student, with the student's enrolment in the session's course. */
+interface CreateTargets {
+  session: { id: string; course_code: string; room: string; status: string } | undefined;
+  student: { id: string; external_id: string; name: string; enrolled_in: string | null } | undefined;
 }
 
-export async function writeEvent(
-  trx: Transaction<Database>,
-  livemode: Livemode,
-  type: string,
-  data: Record<string, unknown>,
-  now: Date,
-): Promise<void> {
-  await insertEvents(trx, [eventRow(livemode, type, data, now)]);
+/** A create the checks let through: its record, and the event reporting it. */
+interface PlannedCreate {
+  row: RecordsTable;
+  record: RecordDetail;
+  event: EventsTable;
 }
 
-export async function createRecord(
-  trx: Transaction<Database>,
-  principal: Principal,
-  input: CreateRecordInput,
-): Promise<StoredResponse> {
+/** The create's record and event, or the refusal it throws (no such session or student, a cancelled session, a student not enrolled). */
+function planCreate(principal: Principal, input: CreateRecordInput, { session, student }: CreateTargets): PlannedCreate {
   const { livemode } = principal;
-  const session = await findSession(trx, input.session_id, livemode);
   if (!session) throw notFound("session", input.session_id, "session_id");
   if (session.status === "cancelled") {
     throw conflict("session_cancelled", `Session ${session.id} is cancelled; it takes no attendance.`, "session_id");
   }
   const studentParam = input.external_id !== undefined ? "external_id" : "student_id";
-  const by = { id: input.student_id, external_id: input.external_id };
-  const student = await store.findStudentInCourse(trx, livemode, by, session.course_code);
   if (!student) throw notFound("student", (input.external_id ?? input.student_id)!, studentParam);
   if (student.enrolled_in === null) {
     throw invalidParam(
@@ -208,28 +202,22 @@ export async function createRecord(
       "student_not_enrolled",
     );
   }
-  const now = new Date().toISOString();
-  const row = {
+  const now = new Date();
+  const nowText = now.toISOString();
+  const row: RecordsTable = {
     id: newId("att"),
     livemode,
     session_id: session.id,
     student_id: student.id,
     course_code: session.course_code,
     status: input.status,
-    recorded_at: now,
+    recorded_at: nowText,
     method: "api",
     device_id: null,
     reason: input.reason ?? null,
-    created_at: now,
-    updated_at: now,
+    created_at: nowText,
+    updated_at: nowText,
   };
-  if (!(await store.insertRecordIfAbsent(trx, row))) {
-    const existing = (await store.findRecordFor(trx, session.id, student.id))!;
-    throw conflict(
-      "record_exists",
-      `Student ${student.external_id} already has a record in session ${session.id}: ${existing.id} (${existing.status}). Correct it with PATCH /v1/attendance/${existing.id}.`,
-    );
-  }
   const record = toDetail(row, {
     student_external_id: student.external_id,
     student_name: student.name,
@@ -237,9 +225,77 @@ export async function createRecord(
     device_model: null,
     history: [],
   });
-  await writeEvent(trx, livemode, "attendance.recorded", { object: record, actor: actorOf(principal) }, new Date(now));
+  return { row, record, event: eventRow(livemode, "attendance.recorded", { object: record, actor: actorOf(principal) }, now) };
+}
+
+async function createRecord(
+  trx: Transaction<Database>,
+  principal: Principal,
+  input: CreateRecordInput,
+): Promise<StoredResponse> {
+  const { livemode } = principal;
+  const session = await findSession(trx, input.session_id, livemode);
+  const by = { id: input.student_id, external_id: input.external_id };
+  const student = session && session.status !== "cancelled" ? await store.findStudentInCourse(trx, livemode, by, session.course_code) : undefined;
+  const { row, record, event } = planCreate(principal, input, { session, student });
+  if (!(await store.insertRecordIfAbsent(trx, row))) {
+    const existing = (await store.findRecordFor(trx, row.session_id, row.student_id))!;
+    throw recordExists(record.student.external_id, row.session_id, existing);
+  }
+  await writeEvents(trx, [event]);
   return { status: 201, body: record };
 }
+
+const recordExists = (externalId: string, sessionId: string, existing: { id: string; status: string }) =>
+  conflict(
+    "record_exists",
+    `Student ${externalId} already has a record in session ${sessionId}: ${existing.id} (${existing.status}). Correct it with PATCH /v1/attendance/${existing.id}.`,
+  );
+
+/** An API create as a request of the Idempotency-Key gate. */
+export interface CreateRequest {
+  principal: Principal;
+  input: CreateRecordInput;
+}
+
+/**
+ * API creates as one grouped write (IdempotencyGate.runGrouped): on PostgreSQL a group's creates
+ * are two statements whatever their number, one reading every create's session, student and
+ * enrolment, one writing the records, their events and every key's answer (refusals included),
+ * instead of a transaction with six statements a create. A create whose student got a record
+ * after the read (another request's, in this group or elsewhere) runs again alone, to answer
+ * `record_exists` naming that record.
+ */
+export const createRecords = groupedWrite<CreateRequest>({
+  operation: ({ principal, input }) => (trx) => createRecord(trx, principal, input),
+  async many(db, requests) {
+    const found = await store.findCreateTargets(
+      db,
+      requests.map(({ input: { principal, input } }) => ({ livemode: principal.livemode, sessionId: input.session_id, studentId: input.student_id, externalId: input.external_id })),
+    );
+    const plans = requests.map((request, i) => {
+      const row = found[i]!;
+      const targets: CreateTargets = {
+        session: row.session_id === null ? undefined : { id: row.session_id, course_code: row.course_code!, room: row.room!, status: row.session_status! },
+        student: row.student_id === null ? undefined : { id: row.student_id, external_id: row.external_id!, name: row.name!, enrolled_in: row.enrolled_in },
+      };
+      try {
+        const planned = planCreate(request.input.principal, request.input.input, targets);
+        return { planned, response: { status: 201, body: planned.record } };
+      } catch (error) {
+        return { planned: undefined, response: refusalResponse(error) };
+      }
+    });
+    const created = plans.flatMap((plan) => (plan.planned ? [plan.planned] : []));
+    const inserted = await store.insertRecordsAnswering(
+      db,
+      created.map((c) => c.row),
+      created.map((c) => c.event),
+      requests.map((request, i) => keyAnswer(request, plans[i]!.response, plans[i]!.planned?.row.id ?? null)),
+    );
+    return plans.map((plan) => (plan.planned && !inserted.has(plan.planned.row.id) ? RUN_ALONE : plan.response));
+  },
+});
 
 export interface CorrectRecordInput {
   status: RecordStatus;
@@ -295,22 +351,18 @@ export interface CaptureInput {
 export type CaptureOutcome = { recordId: string; effect: "created" | "took_over" | "already_marked" };
 
 /**
- * Device captures (the card taps of one badge sync), in order, as a set: one lookup of the
- * records they touch, one insert of the new records and one of their events. Device captures
+ * Device captures (the card taps of one badge sync), in order, as a set, given the records they
+ * touch, read and locked by the caller (findRecordsOf): one insert of the new records and one of
+ * their events, sent together (pipelined on PostgreSQL). Device captures
  * are authoritative: a record made another way (the API) is taken over, with a history entry
  * whose actor is the device; a student already marked by a device (earlier, or by a capture
  * before this one in the set) keeps the first capture.
  */
-export async function captureFromDevices(trx: Transaction<Database>, captures: CaptureInput[]): Promise<CaptureOutcome[]> {
+export async function captureFromDevices(trx: Transaction<Database>, captures: CaptureInput[], found: readonly store.RecordOfPair[]): Promise<CaptureOutcome[]> {
   if (captures.length === 0) return [];
   const pair = (sessionId: string, studentId: string) => `${sessionId} ${studentId}`;
   const known = new Map<string, { id: string; status: string; method: string }>();
-  const found = await store.findRecordsAmong(
-    trx,
-    [...new Set(captures.map((c) => c.session.id))],
-    [...new Set(captures.map((c) => c.student.id))],
-  );
-  for (const row of found.rows) known.set(pair(row.session_id, row.student_id), row);
+  for (const row of found) known.set(pair(row.session_id, row.student_id), row);
   const now = new Date();
   const nowText = now.toISOString();
   const records: RecordsTable[] = [];
@@ -354,10 +406,7 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
       outcomes.push({ recordId: row.id, effect: "created" });
     }
   }
-  if (records.length > 0) {
-    await store.insertRecords(trx, records);
-    await insertEvents(trx, events);
-  }
+  if (records.length > 0) await together(store.insertRecords(trx, records), writeEvents(trx, events));
   return outcomes;
 }
 

@@ -3,13 +3,18 @@
 // stored hashed like API keys (secrets.ts); they open the badge endpoints only, and API keys
 // open /v1 only.
 import type { Kysely } from "kysely";
-import { compareVersions, hasControlCharacter, parseVersion, type Manifest } from "../../firmware/index.ts";
+import { compareVersions, hasControlCharacter, parseVersion, type BadgeStatus, type Manifest } from "../../firmware/index.ts";
+import { filterFingerprint, toPage, type CursorCodec } from "../cursor.ts";
+import { ApiError, notFound } from "../errors.ts";
 import { newId } from "../ids.ts";
 import { findRelease, targetFor } from "../releases/release-store.ts";
+import type { ChangeFeed } from "../store/change-feed.ts";
 import * as devicesStore from "../store/devices-store.ts";
 import { latestFetch, latestFetchPerDevice, latestReport, latestReportPerDevice } from "../store/ota-store.ts";
-import type { Database, Db, Livemode, OtaFetchesTable, OtaReportsTable } from "../store/schema.ts";
+import type { Database, Db, DeviceTapsTable, Livemode, OtaFetchesTable, OtaReportsTable } from "../store/schema.ts";
+import { listTaps } from "../store/taps-store.ts";
 import type { Mode } from "./api-keys.ts";
+import { cachedLookup } from "./feed-cache.ts";
 import { lookupOf, newSecret, secretMatches } from "./secrets.ts";
 
 export type DeviceRow = devicesStore.DeviceRow;
@@ -17,14 +22,19 @@ export type DeviceRow = devicesStore.DeviceRow;
 /** A badge that fetched an image and has not reported within this bound is "no_report". */
 export const NO_REPORT_AFTER_MS = 60 * 60 * 1000;
 
-export const FIRMWARE_STATES = ["current", "outdated", "unreleased", "updating", "failed", "no_report", "unknown"] as const;
+export const FIRMWARE_STATES = ["current", "outdated", "unreleased", "updating", "failed", "no_report", "unknown", "revoked"] as const;
 export type FirmwareState = (typeof FIRMWARE_STATES)[number];
 
 export class DeviceError extends Error {
   override name = "DeviceError";
 }
 
-const DEVICE_TEXT_MAX = 40;
+/** The room a new badge names does not exist in its mode. */
+export class RoomUnknownError extends DeviceError {
+  override name = "RoomUnknownError";
+}
+
+export const DEVICE_TEXT_MAX = 40;
 
 function checkText(field: string, value: string) {
   if (value.trim().length === 0 || value.length > DEVICE_TEXT_MAX || hasControlCharacter(value)) {
@@ -62,37 +72,53 @@ export async function createDevice(
   db: Kysely<Database>,
   input: { mode: Mode; room: string; model: string; name?: string },
 ): Promise<DeviceView & { token: string }> {
+  const [device] = await createDevices(db, { ...input, names: [input.name] });
+  return device!;
+}
+
+/**
+ * Devices of one room and model, one per name (undefined: the default name), inserted in one
+ * transaction a few hundred rows per statement: a simulated district's 50,000 badges are
+ * provisioned in seconds, not the half hour one insert each took. Each gets its own token.
+ */
+export async function createDevices(
+  db: Kysely<Database>,
+  input: { mode: Mode; room: string; model: string; names: Array<string | undefined> },
+): Promise<Array<DeviceView & { token: string }>> {
   checkText("room", input.room);
   checkText("model", input.model);
-  if (input.name !== undefined) checkText("name", input.name);
+  for (const name of input.names) if (name !== undefined) checkText("name", name);
   const livemode: Livemode = input.mode === "live" ? 1 : 0;
   if (!(await devicesStore.roomExists(db, livemode, input.room))) {
-    throw new DeviceError(`no room ${input.room} in ${input.mode} mode; import the school first (badgebench import)`);
+    throw new RoomUnknownError(`no room ${input.room} in ${input.mode} mode; import the school first (badgebench import)`);
   }
-  const token = newSecret(`dtk_${input.mode}_`);
-  const id = newId("dev");
-  const row: DeviceRow = {
-    id,
-    livemode,
-    room: input.room,
-    model: input.model,
-    name: input.name ?? `${input.model} in ${input.room}`,
-    created_at: new Date().toISOString(),
-    token_lookup: token.lookup,
-    token_hash: token.hash,
-    token_hint: token.hint,
-    revoked_at: null,
-    installed_version: null,
-    installed_display: null,
-    battery_volts: null,
-    charging: null,
-    last_check_at: null,
-    last_sync_at: null,
-    offered_version: null,
-    offered_at: null,
-  };
-  await devicesStore.insertDevice(db, row);
-  return { ...toView(row), token: token.secret };
+  const createdAt = new Date().toISOString();
+  const made = input.names.map((name) => {
+    const token = newSecret(`dtk_${input.mode}_`);
+    const row: DeviceRow = {
+      id: newId("dev"),
+      livemode,
+      room: input.room,
+      model: input.model,
+      name: name ?? `${input.model} in ${input.room}`,
+      created_at: createdAt,
+      token_lookup: token.lookup,
+      token_hash: token.hash,
+      token_hint: token.hint,
+      revoked_at: null,
+      installed_version: null,
+      installed_display: null,
+      battery_volts: null,
+      charging: null,
+      last_check_at: null,
+      last_sync_at: null,
+      offered_version: null,
+      offered_at: null,
+    };
+    return { row, token: token.secret };
+  });
+  await devicesStore.insertDevices(db, made.map(({ row }) => row));
+  return made.map(({ row, token }) => ({ ...toView(row), token }));
 }
 
 export async function revokeDevice(db: Kysely<Database>, id: string): Promise<DeviceView> {
@@ -101,13 +127,43 @@ export async function revokeDevice(db: Kysely<Database>, id: string): Promise<De
   return toView(row);
 }
 
+/** POST /v1/devices: a badge added in the key's mode; a room the mode does not have is a 400 naming it. */
+export async function addDevice(db: Kysely<Database>, livemode: Livemode, input: { room: string; model: string; name?: string }) {
+  try {
+    return await createDevice(db, { mode: livemode ? "live" : "test", ...input });
+  } catch (error) {
+    if (!(error instanceof RoomUnknownError)) throw error;
+    throw new ApiError(400, "invalid_request_error", "room_unknown", `No room '${input.room}' in ${livemode ? "live" : "test"} mode; import it first.`, { param: "room" });
+  }
+}
+
+/** POST /v1/devices/{id}/revoke: only a device of the key's own mode; another is not found. */
+export async function withdrawDevice(db: Kysely<Database>, livemode: Livemode, id: string): Promise<DeviceView> {
+  if (!(await devicesStore.findDevice(db, id, livemode))) throw notFound("device", id);
+  return revokeDevice(db, id);
+}
+
+/**
+ * Who a badge request comes from: the columns of its devices row that never change while its
+ * token is valid (its check-in columns move with every request, so they are not part of it).
+ */
+export type DevicePrincipal = Pick<DeviceRow, "id" | "livemode" | "name" | "room" | "model">;
+
 /** The badge a device token stands for, or undefined for an unknown or revoked token. */
-export async function authenticateDevice(db: Db, token: string): Promise<DeviceRow | undefined> {
+export async function authenticateDevice(db: Db, token: string): Promise<DevicePrincipal | undefined> {
   const match = /^dtk_(test|live)_/.exec(token);
   if (!match) return undefined;
   const row = await devicesStore.findDeviceByTokenLookup(db, lookupOf(match[0], token));
   if (!row || row.revoked_at !== null || row.token_hash === null) return undefined;
-  return secretMatches(token, row.token_hash) ? row : undefined;
+  if (!secretMatches(token, row.token_hash)) return undefined;
+  return { id: row.id, livemode: row.livemode, name: row.name, room: row.room, model: row.model };
+}
+
+export type AuthenticateDevice = (token: string) => Promise<DevicePrincipal | undefined>;
+
+/** `authenticateDevice` with recent tokens' badges kept in memory until a revocation anywhere (feed-cache.ts). */
+export function cachedDeviceAuthenticator(db: Db, changes: ChangeFeed): AuthenticateDevice {
+  return cachedLookup(changes, (token) => authenticateDevice(db, token));
 }
 
 export interface FirmwareStatus {
@@ -120,6 +176,7 @@ export interface FirmwareStatus {
 
 /**
  * A badge's firmware state, first match wins:
+ * - revoked: its device token was revoked, so it can neither check nor update (whatever it ran);
  * - updating / no_report: it fetched an image and has not reported since (no_report once the
  *   fetch ended more than NO_REPORT_AFTER_MS ago);
  * - failed: its last report is `ota=err` and it still runs something older than what failed;
@@ -136,6 +193,7 @@ export function firmwareStateOf(
   const target = targetFor(manifest, device.id);
   const installed = device.installed_version === null ? null : parseVersion(device.installed_version);
   const state = ((): FirmwareState => {
+    if (device.revoked_at !== null) return "revoked";
     if (fetch && (!report || report.received_at < fetch.started_at)) {
       const since = Date.parse(fetch.ended_at ?? fetch.started_at);
       return fetch.outcome === "sending" || now.getTime() - since <= NO_REPORT_AFTER_MS ? "updating" : "no_report";
@@ -195,6 +253,8 @@ const STATE_RANK: Record<FirmwareState, number> = {
   unreleased: 4,
   unknown: 5,
   current: 6,
+  // Out of service: nothing to do for it on the fleet page, so last.
+  revoked: 7,
 };
 
 export interface FleetQuery {
@@ -288,4 +348,50 @@ export async function listFleet(db: Db, manifest: Manifest, now: Date, query: Fl
     total_count: matching.length,
     state_counts,
   };
+}
+
+/** What the devices row keeps of a badge's status, from its last check or sync. */
+export const deviceReportOf = (status: BadgeStatus) => ({
+  installed_version: status.version,
+  installed_display: status.display,
+  battery_volts: status.volts,
+  charging: status.charging ? (1 as const) : (0 as const),
+});
+
+/** GET /v1/devices/:id: the device of this mode, as the fleet list shows it; 404 when there is none. */
+export async function deviceView(db: Kysely<Database>, livemode: Livemode, id: string, manifest: Manifest, now: Date) {
+  const device = await devicesStore.findDevice(db, id, livemode);
+  if (!device) throw notFound("device", id);
+  return fleetViewOf(db, device, manifest, now);
+}
+
+function tapView(row: DeviceTapsTable) {
+  return {
+    id: row.id,
+    object: "device_tap",
+    livemode: row.livemode === 1,
+    device: { id: row.device_id },
+    card_uid: row.card_uid,
+    tapped_at: row.tapped_at,
+    received_at: row.received_at,
+    result: row.result,
+    reason: row.reason,
+    session: row.session_id === null ? null : { id: row.session_id },
+    student: row.student_id === null ? null : { id: row.student_id },
+    record: row.record_id === null ? null : { id: row.record_id },
+  };
+}
+
+/** GET /v1/device_taps: the taps badges sent, newest received first, with their verdicts. */
+export async function listDeviceTaps(
+  db: Kysely<Database>,
+  codec: CursorCodec,
+  livemode: Livemode,
+  query: { result?: "accepted" | "rejected"; device_id?: string; limit: number; cursor?: string },
+) {
+  const { limit, cursor, ...filterParams } = query;
+  const filters = filterFingerprint("device_taps", filterParams);
+  const position = cursor === undefined ? undefined : codec.decode(cursor, filters);
+  const rows = await listTaps(db, { livemode, ...filterParams, after: position?.after, limit: limit + 1 });
+  return toPage(rows, limit, { codec, filters, keyOf: (row) => [row.received_at, row.id], view: tapView });
 }

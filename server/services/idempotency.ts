@@ -4,12 +4,18 @@
 // is still running elsewhere (another server process) gets 409; within this process, a retry
 // that arrives while the first attempt runs waits for it and gets the same response, so a
 // burst of identical retries yields one write and identical answers.
+// Keys belong to the API key that sent them (as Stripe scopes them to the credential): another
+// API key sending the same value gets its own execution. A secret an answer shows once (a
+// webhook signing secret, an API key, a device token) is not stored with it: a replay carries
+// null in its place and names the field (`withheld`).
 import { createHash } from "node:crypto";
 import type { Transaction } from "kysely";
 import { ApiError } from "../errors.ts";
-import type { Database, Livemode } from "../store/schema.ts";
+import type { KeyAnswer } from "../store/attendance-store.ts";
+import type { Database, Db } from "../store/schema.ts";
 import * as store from "../store/idempotency-store.ts";
-import { inSavepoint, lockKeys, type WriteBatcher } from "../store/write-batcher.ts";
+import type { KeyOwner } from "../store/idempotency-store.ts";
+import { inSavepoint, lockKeys, type CombinableWrite, type RunAlone, type WriteBatcher } from "../store/write-batcher.ts";
 
 export interface StoredResponse {
   status: number;
@@ -18,6 +24,8 @@ export interface StoredResponse {
 
 export interface IdempotentResult extends StoredResponse {
   replayed: boolean;
+  /** fields of a replayed answer whose shown-once secret was withheld (null in the body) */
+  withheld: string[];
 }
 
 export type Operation = (trx: Transaction<Database>) => Promise<StoredResponse>;
@@ -27,6 +35,18 @@ export const STALE_RESERVATION_MS = 60_000;
 /** How long a completed key is kept and replayed. */
 export const KEY_RETENTION_MS = 24 * 60 * 60 * 1000;
 export const MAX_KEY_LENGTH = 255;
+
+/** The prefixes of the secrets an answer shows once (newSigningSecret, newSecret's callers). */
+const SHOWN_ONCE = /^(whsec_|sk_(test|live)_|dtk_(test|live)_)/;
+
+/** The answer as stored for replays: every top-level field holding a shown-once secret set to null. */
+export function withholdSecrets(response: StoredResponse): StoredResponse & { withheld: string[] } {
+  const { body } = response;
+  if (body === null || typeof body !== "object" || Array.isArray(body)) return { ...response, withheld: [] };
+  const withheld = Object.entries(body).flatMap(([field, value]) => (typeof value === "string" && SHOWN_ONCE.test(value) ? [field] : []));
+  if (withheld.length === 0) return { ...response, withheld };
+  return { status: response.status, body: { ...body, ...Object.fromEntries(withheld.map((field) => [field, null])) }, withheld };
+}
 
 function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
@@ -41,17 +61,72 @@ export function requestFingerprint(method: string, path: string, body: unknown):
   return createHash("sha256").update(`${method} ${path}\n${canonicalJson(body ?? null)}`).digest("hex");
 }
 
+/** The response a refusal makes (a business failure is a response too, stored and replayed); any other error passes on. */
+export function refusalResponse(error: unknown): StoredResponse {
+  if (error instanceof ApiError && error.status < 500) return { status: error.status, body: error.toBody() };
+  throw error;
+}
+
 /**
- * The operation's response: what it returns, or the refusal it throws (a business failure is a
- * response too, stored and replayed), with whatever it wrote before refusing undone.
+ * The operation's response: what it returns, or the refusal it throws, with whatever it wrote
+ * before refusing undone.
  */
 async function respond(trx: Transaction<Database>, operation: Operation): Promise<StoredResponse> {
   try {
     return await inSavepoint(trx, () => operation(trx));
   } catch (error) {
-    if (error instanceof ApiError && error.status < 500) return { status: error.status, body: error.toBody() };
-    throw error;
+    return refusalResponse(error);
   }
+}
+
+/** A request of a grouped write: whose key, the key, and what it asks. */
+export interface KeyedRequest<I> {
+  owner: KeyOwner;
+  key: string;
+  input: I;
+}
+
+/**
+ * A kind of write whose requests arriving together run on PostgreSQL as a few statements for the
+ * whole group (attendance creates), instead of a transaction with a savepoint per request.
+ * `operation` is one request's write, as `run` runs it (SQLite, or a group of mixed writes).
+ * `many` answers a group's requests and must write each answer with its key (`keyAnswer`) in
+ * the statement that writes what the answer reports, so a request is answered only with what
+ * committed; a request it cannot decide alone (a record written meanwhile) it answers RUN_ALONE,
+ * and that request runs again as `operation`, in a transaction of its own.
+ */
+export interface GroupedWrite<I> {
+  operation(input: I): Operation;
+  many(db: Db, requests: readonly KeyedRequest<I>[]): Promise<(StoredResponse | RunAlone)[]>;
+}
+
+/** The operation's response, stored as its key's answer in the same transaction. */
+async function answer(trx: Transaction<Database>, owner: KeyOwner, key: string, operation: Operation): Promise<StoredResponse> {
+  const result = await respond(trx, operation);
+  await store.completeIdempotencyKey(trx, owner, key, withholdSecrets(result));
+  return result;
+}
+
+/** A grouped write as the write batcher runs it (IdempotencyGate.runGrouped): one request in the group's transaction, or the group's `many`. */
+export function groupedWrite<I>(write: GroupedWrite<I>): CombinableWrite<KeyedRequest<I>, StoredResponse> {
+  return {
+    one: (trx, request) => answer(trx as Transaction<Database>, request.owner, request.key, write.operation(request.input)),
+    many: (db, requests) => write.many(db, requests),
+  };
+}
+
+/** A key's answer as `many` stores it (the shown-once secrets withheld, as every stored answer); `recordId`: stored only if that record is. */
+export function keyAnswer(request: KeyedRequest<unknown>, response: StoredResponse, recordId: string | null): KeyAnswer {
+  const stored = withholdSecrets(response);
+  return {
+    livemode: request.owner.livemode,
+    apiKeyId: request.owner.apiKeyId,
+    key: request.key,
+    statusCode: stored.status,
+    responseBody: JSON.stringify(stored.body),
+    withheld: stored.withheld.length > 0 ? JSON.stringify(stored.withheld) : null,
+    recordId,
+  };
 }
 
 const reused = (key: string) =>
@@ -79,21 +154,31 @@ export class IdempotencyGate {
     this.#writes = writes;
   }
 
-  async run(livemode: Livemode, key: string, fingerprint: string, operation: Operation): Promise<IdempotentResult> {
-    const slot = `${livemode}:${key}`;
+  run(owner: KeyOwner, key: string, fingerprint: string, operation: Operation): Promise<IdempotentResult> {
+    return this.#run(owner, key, fingerprint, (lockKey) => this.#writes.run((trx) => answer(trx, owner, key, operation), { lockKey }));
+  }
+
+  /** `run` for a grouped write's request (`groupedWrite`): on PostgreSQL, requests arriving together share its `many`. */
+  runGrouped<I>(owner: KeyOwner, key: string, fingerprint: string, write: CombinableWrite<KeyedRequest<I>, StoredResponse>, input: I): Promise<IdempotentResult> {
+    return this.#run(owner, key, fingerprint, (lockKey) => this.#writes.runCombinable(write, { owner, key, input }, { lockKey }));
+  }
+
+  async #run(owner: KeyOwner, key: string, fingerprint: string, write: (lockKey: string) => Promise<StoredResponse>): Promise<IdempotentResult> {
+    const slot = `${owner.livemode}:${owner.apiKeyId}:${key}`;
     const running = this.#running.get(slot);
     if (running) {
       if (running.fingerprint !== fingerprint) throw reused(key);
-      return { ...(await running.done), replayed: true };
+      return { ...withholdSecrets(await running.done), replayed: true };
     }
-    let replayed = false;
-    const done = this.#execute(livemode, key, fingerprint, operation).then((result) => {
-      replayed = result.replayed;
-      return { status: result.status, body: result.body };
+    let result: IdempotentResult | undefined;
+    const done = this.#execute(owner, key, fingerprint, write).then((executed) => {
+      result = executed;
+      return { status: executed.status, body: executed.body };
     });
     this.#running.set(slot, { fingerprint, done });
     try {
-      return { ...(await done), replayed };
+      await done;
+      return result!;
     } finally {
       this.#running.delete(slot);
     }
@@ -104,38 +189,27 @@ export class IdempotencyGate {
   // completion commit together. Requests arriving together share each step's transaction. Only
   // the second waits for the disk: a reservation is visible from its commit on, and one lost in a
   // power cut had been acknowledged to nobody.
-  async #execute(livemode: Livemode, key: string, fingerprint: string, operation: Operation): Promise<IdempotentResult> {
+  async #execute(owner: KeyOwner, key: string, fingerprint: string, write: (lockKey: string) => Promise<StoredResponse>): Promise<IdempotentResult> {
     const now = new Date();
-    const lockKey = lockKeys.idempotencyKey(livemode, key);
-    const existing = await this.#writes.run(async (trx) => {
-      const row = await store.findIdempotencyKey(trx, livemode, key);
-      const staleBefore = new Date(now.getTime() - STALE_RESERVATION_MS).toISOString();
-      const stale = row?.state === "in_flight" && row.locked_at < staleBefore;
-      if (row && !stale) return row;
-      if (await store.reserveIdempotencyKey(trx, { livemode, key, fingerprint, now: now.toISOString(), staleBefore })) return undefined;
-      // Another server process reserved the key after the read above: its reservation decides
-      // (gone again only if that process failed and freed it just now: worth a retry).
-      const winner = await store.findIdempotencyKey(trx, livemode, key);
-      if (!winner) throw inUse(key);
-      return winner;
-    }, { durable: false, lockKey });
+    const lockKey = lockKeys.idempotencyKey(owner.livemode, owner.apiKeyId, key);
+    const staleBefore = new Date(now.getTime() - STALE_RESERVATION_MS).toISOString();
+    const reservation = { owner, key, fingerprint, now: now.toISOString(), staleBefore };
+    const existing = await this.#writes.runCombinable(store.reservations, reservation, { durable: false, lockKey });
+    if (existing === "freed") throw inUse(key);
     if (existing) {
       if (existing.fingerprint !== fingerprint) throw reused(key);
       if (existing.state === "in_flight") throw inUse(key);
       // The stored response may come from a commit whose log sync is still under way.
       await this.#writes.synced();
-      return { status: existing.status_code!, body: JSON.parse(existing.response_body!), replayed: true };
+      const withheld = existing.withheld === null ? [] : (JSON.parse(existing.withheld) as string[]);
+      return { status: existing.status_code!, body: JSON.parse(existing.response_body!), replayed: true, withheld };
     }
     try {
-      const response = await this.#writes.run(async (trx) => {
-        const result = await respond(trx, operation);
-        await store.completeIdempotencyKey(trx, livemode, key, result);
-        return result;
-      }, { lockKey });
-      return { ...response, replayed: false };
+      const response = await write(lockKey);
+      return { ...response, replayed: false, withheld: [] };
     } catch (error) {
       // An unexpected failure wrote nothing; free the key so the client's retry can run.
-      await this.#writes.run((trx) => store.releaseIdempotencyKey(trx, livemode, key), { lockKey });
+      await this.#writes.run((trx) => store.releaseIdempotencyKey(trx, owner, key), { lockKey });
       throw error;
     }
   }

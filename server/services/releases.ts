@@ -1,6 +1,7 @@
 // Releases as the fleet page, the API and `badgebench release list` show them: each with its
 // role, its canary badge and the canary's last report, and whether promoting it is allowed now
 // (checkPromotion, the same rule `release promote` and POST /v1/releases/{version}/promote apply).
+// One mode's releases at a time: a key sees its own mode's, the command line names the mode.
 import type { Kysely } from "kysely";
 import type { Manifest, ReleaseEntry } from "../../firmware/index.ts";
 import { checkPromotion, type Refusal } from "../releases/publishing.ts";
@@ -13,6 +14,8 @@ export type ReleaseRole = "fleet" | "canary" | "past";
 
 export interface ReleaseView {
   object: "release";
+  /** true for a live release (offered to live badges), false for a test release */
+  livemode: boolean;
   version: string;
   display: string;
   size: number;
@@ -20,7 +23,7 @@ export interface ReleaseView {
   notes: string[];
   published_at: string;
   role: ReleaseRole;
-  /** the badge a canary release went to; its name, room and model are null when it belongs to the other mode */
+  /** the badge a canary release went to; its name, room and model are null when it is not a badge of the release's mode (a release published before modes) */
   canary: {
     id: string;
     name: string | null;
@@ -40,7 +43,7 @@ function roleOf(manifest: Manifest, entry: ReleaseEntry): ReleaseRole {
   return entry.canary !== null && entry.promoted === null && !superseded ? "canary" : "past";
 }
 
-async function canaryOf(db: Kysely<Database>, deviceId: string, livemode: Livemode | undefined): Promise<ReleaseView["canary"]> {
+async function canaryOf(db: Kysely<Database>, deviceId: string, livemode: Livemode): Promise<ReleaseView["canary"]> {
   const device = await findDevice(db, deviceId, livemode);
   if (!device) return { id: deviceId, name: null, room: null, model: null, last_report: null };
   const report = await latestReport(db, deviceId);
@@ -53,16 +56,14 @@ async function canaryOf(db: Kysely<Database>, deviceId: string, livemode: Livemo
   };
 }
 
-/**
- * Every published release, newest first. `livemode` limits which canary badges are shown in
- * full to the caller's mode (the API); the command line, which sees both modes, leaves it out.
- */
-export async function listReleases(db: Kysely<Database>, manifest: Manifest, livemode?: Livemode): Promise<ReleaseView[]> {
+/** Every release of one mode's manifest, newest first. */
+export async function listReleases(db: Kysely<Database>, livemode: Livemode, manifest: Manifest): Promise<ReleaseView[]> {
   const views = manifest.releases.map(async (entry): Promise<ReleaseView> => {
     const role = roleOf(manifest, entry);
-    const promotion = role === "canary" ? await checkPromotion(db, manifest, entry.version) : undefined;
+    const promotion = role === "canary" ? await checkPromotion(db, livemode, manifest, entry.version) : undefined;
     return {
       object: "release",
+      livemode: livemode === 1,
       version: entry.version,
       display: entry.display,
       size: entry.size,

@@ -6,9 +6,10 @@
 import type { Kysely } from "kysely";
 import { z } from "zod";
 import { newId } from "../ids.ts";
-import { isoDate, SESSION_STATUSES } from "../http/validation.ts";
+import { isoDate } from "../iso-date.ts";
 import type { Database, Livemode } from "../store/schema.ts";
 import * as store from "../store/school-store.ts";
+import { SESSION_STATUSES } from "./sessions.ts";
 
 const code = z.string().min(1).max(100);
 const time = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$/, "must be a time HH:MM (24-hour, UTC)");
@@ -112,7 +113,7 @@ export async function importSchool(
       };
     }),
   ];
-  return db.transaction().execute(async (trx) => {
+  const summary = await db.transaction().execute(async (trx) => {
     await store.upsertRooms(trx, file.rooms.map((r) => ({ livemode, ...r })));
     await store.upsertCourses(trx, file.courses.map((c) => ({ livemode, ...c })));
     const studentIds = await store.upsertStudents(
@@ -137,4 +138,6 @@ export async function importSchool(
       sessions_added: added,
     };
   });
+  await store.gatherSchoolStatistics(db);
+  return summary;
 }

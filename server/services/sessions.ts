@@ -4,9 +4,12 @@
 import type { Kysely, Transaction } from "kysely";
 import { conflict, notFound } from "../errors.ts";
 import { CursorCodec, filterFingerprint, toPage, type ListEnvelope } from "../cursor.ts";
-import type { RecordStatus, SessionStatus } from "../http/validation.ts";
 import * as store from "../store/sessions-store.ts";
 import type { Database, Livemode } from "../store/schema.ts";
+import type { RecordStatus } from "./attendance.ts";
+
+export const SESSION_STATUSES = ["scheduled", "open", "closed", "cancelled"] as const;
+export type SessionStatus = (typeof SESSION_STATUSES)[number];
 
 export interface SessionView {
   id: string;

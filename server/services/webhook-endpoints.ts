@@ -1,28 +1,27 @@
 // Webhook endpoints (Stripe's shape), the events API, test deliveries, resends and the
 // delivery log. Rules (server/README.md, "Webhooks"):
 // - an endpoint belongs to the mode of the key that created it and receives that mode's events;
-// - live URLs are https and resolve to public addresses only; test URLs may also be http and
-//   loopback (checked here at creation and update, and again by the sender at every attempt);
+// - live URLs are https and resolve to public addresses only; test URLs may also be http, and
+//   loopback or private when the operator allows local test targets (checked here at creation
+//   and update, and again by the sender at every attempt);
 // - the signing secret is returned once, at creation and at each roll; after a roll the old
 //   secret keeps signing for the configured grace period;
 // - a test delivery is test mode only, is not stored as an event, and answers with what the
 //   receiver said.
 import { randomBytes } from "node:crypto";
 import type { Kysely, Transaction } from "kysely";
+import { filterFingerprint, toPage, type CursorCodec } from "../cursor.ts";
 import { ApiError, conflict, invalidParam, notFound } from "../errors.ts";
 import { newId } from "../ids.ts";
 import type { Database, Livemode } from "../store/schema.ts";
 import * as store from "../store/webhooks-store.ts";
-import { addressPolicy, attemptRow, signingSecrets } from "../webhooks/delivery-worker.ts";
-import { SIGNATURE_HEADER, signatureHeader } from "../webhooks/signature.ts";
+import { addressPolicy, attemptRow, shownResult, signingSecrets } from "../webhooks/delivery-worker.ts";
+import { deliveryHeaders } from "../webhooks/standard-webhooks.ts";
 import type { WebhookConfig } from "../webhooks/webhook-config.ts";
 import type { WebhookSender } from "../webhooks/webhook-sender.ts";
 import { UrlRefusedError } from "../webhooks/address-guard.ts";
 import type { StoredResponse } from "./idempotency.ts";
-
-/** Every event type the service writes to the outbox. */
-export const EVENT_TYPES = ["attendance.recorded", "attendance.updated", "badge.ota_reported"] as const;
-export type EventType = (typeof EVENT_TYPES)[number];
+import type { EventType } from "./outbox.ts";
 
 export const MAX_URL_LENGTH = 2048;
 
@@ -57,7 +56,8 @@ export function endpointView(row: store.EndpointRow, now = new Date()): Endpoint
   };
 }
 
-export const newSigningSecret = () => `whsec_${randomBytes(32).toString("base64url")}`;
+// Standard base64, as Standard Webhooks asks of the part after `whsec_` (server/README.md, Webhooks).
+export const newSigningSecret = () => `whsec_${randomBytes(32).toString("base64")}`;
 
 export interface WebhookContext {
   sender: WebhookSender;
@@ -87,8 +87,13 @@ export async function checkEndpointUrl(ctx: WebhookContext, livemode: Livemode, 
     await ctx.sender.checkUrl(url, addressPolicy(livemode, ctx.config));
   } catch (error) {
     if (!(error instanceof UrlRefusedError)) throw error;
-    const allowed = livemode === 1 ? "public addresses only" : "public or loopback addresses only";
-    throw invalidParam("url", `Refused url: ${error.message}; ${livemode === 1 ? "live" : "test"} endpoints may reach ${allowed}.`, "url_refused");
+    const allowed =
+      livemode === 1
+        ? "live endpoints may reach public addresses only"
+        : ctx.config.localTestTargets
+          ? "test endpoints may reach public, loopback and private addresses only"
+          : "test endpoints may reach public addresses only, unless the operator sets BADGEBENCH_WEBHOOK_LOCAL_TEST_TARGETS=1";
+    throw invalidParam("url", `Refused url: ${error.message}; ${allowed}.`, "url_refused");
   }
   return url.href;
 }
@@ -181,6 +186,33 @@ export async function resendEvent(trx: Transaction<Database>, livemode: Livemode
   return { status: 202, body: { object: "webhook_delivery", endpoint: endpointId, event: eventId, state: "pending", attempts: 0, next_attempt_at: now } };
 }
 
+/** A rollout as the event of `type` would carry it: advanced to 25 %, halted there, or completed. */
+function sampleRollout(type: EventType, at: string) {
+  const halted = type === "release.rollout_halted";
+  const completed = type === "release.rollout_completed";
+  const failures = halted ? [{ device_id: "dev_test", name: "Test badge", reason: "ota=err: MD5 mismatch", at }] : [];
+  const stageCounts = [5, 25, 50, 100].map((percent, i) => ({ percent, open: completed || i <= 1, badges: 10, downloaded: completed || i <= 1 ? 10 : 0, ok: completed || i <= 1 ? 10 - (halted && i === 1 ? 1 : 0) : 0, failed: halted && i === 1 ? 1 : 0 }));
+  const sum = (field: "badges" | "downloaded" | "ok" | "failed") => stageCounts.reduce((total, stage) => total + stage[field], 0);
+  return {
+    object: "release_rollout",
+    id: "rol_test",
+    livemode: false,
+    version: "1.5.0",
+    previous_version: "1.4.0",
+    status: halted ? "halted" : completed ? "completed" : "active",
+    stages: [5, 25, 50, 100],
+    stage: { index: completed ? 3 : 1, percent: completed ? 100 : 25, started_at: at },
+    settings: { min_stage_seconds: 3600, min_ok_share: 0.5, halt_failures: 5, halt_failure_share: 0.05, report_timeout_seconds: 1800 },
+    counts: { badges: sum("badges"), downloaded: sum("downloaded"), ok: sum("ok"), failed: sum("failed"), stages: stageCounts },
+    failures,
+    halt: halted ? { at, why: "1 of the stage's 20 badges failed (5.0 %), the limit is 5 %", failures } : null,
+    history: [{ at, action: "created", stage: 5, by: "operator", note: null }],
+    created_at: at,
+    updated_at: at,
+    ended_at: completed ? at : null,
+  };
+}
+
 /** A plausible object of each type, with ids that say they are not real. */
 function sampleObject(type: EventType, now: Date) {
   const at = now.toISOString();
@@ -189,6 +221,7 @@ function sampleObject(type: EventType, now: Date) {
       object: { id: "rpt_test", object: "ota_report", device: { id: "dev_test", name: "Test badge", room: "R1" }, version: "1.4.0", outcome: "ok", message: null, received_at: at },
     };
   }
+  if (type === "release.rollout_advanced" || type === "release.rollout_halted" || type === "release.rollout_completed") return { object: sampleRollout(type, at) };
   const record = {
     id: "att_test",
     object: "attendance_record",
@@ -225,8 +258,9 @@ export async function sendTestDelivery(db: Kysely<Database>, ctx: WebhookContext
   const now = new Date();
   const event = { id: newId("evt", now.getTime()), object: "event", type, created: Math.floor(now.getTime() / 1000), livemode: false, test_delivery: true, data: sampleObject(type, now) };
   const body = JSON.stringify(event);
-  const header = signatureHeader(body, signingSecrets(endpoint, now), event.created);
-  const result = await ctx.sender.send(endpoint.url, body, { [SIGNATURE_HEADER]: header }, addressPolicy(livemode, ctx.config));
+  const headers = deliveryHeaders(event.id, body, signingSecrets(endpoint, now), event.created);
+  const sent = await ctx.sender.send(endpoint.url, body, headers, addressPolicy(livemode, ctx.config));
+  const result = shownResult(sent, endpoint, ctx.config);
   const attempt = attemptRow({ endpoint_id: endpoint.id, event_id: event.id, event_type: type }, "test", now, result, null);
   await db.transaction().execute(async (trx) => {
     if ((await store.existingEndpointIds(trx, [endpoint.id])).size > 0) await store.insertAttempts(trx, [attempt]);
@@ -259,4 +293,30 @@ export function attemptView(row: store.AttemptRow) {
     outcome: row.outcome,
     next_attempt_at: row.next_attempt_at,
   };
+}
+
+/** GET /v1/webhook_endpoints: the mode's endpoints, oldest first. */
+export async function listEndpoints(db: Kysely<Database>, codec: CursorCodec, livemode: Livemode, query: { limit: number; cursor?: string }) {
+  const { limit, cursor } = query;
+  const filters = filterFingerprint("webhook_endpoints", {});
+  const position = cursor === undefined ? undefined : codec.decode(cursor, filters);
+  const rows = await store.listEndpoints(db, { livemode, after: position?.after, limit: limit + 1 });
+  const now = new Date();
+  return toPage(rows, limit, { codec, filters, keyOf: (row) => [row.created_at, row.id], view: (row) => endpointView(row, now) });
+}
+
+/** GET /v1/webhook_endpoints/:id/attempts: one endpoint's delivery attempts, newest first; 404 for an endpoint of another mode. */
+export async function listAttempts(
+  db: Kysely<Database>,
+  codec: CursorCodec,
+  livemode: Livemode,
+  endpointId: string,
+  query: { limit: number; cursor?: string; event?: string },
+) {
+  const { limit, cursor, event } = query;
+  const endpoint = await getEndpoint(db, livemode, endpointId);
+  const filters = filterFingerprint(`webhook_attempts:${endpoint.id}`, { event });
+  const position = cursor === undefined ? undefined : codec.decode(cursor, filters);
+  const rows = await store.listAttempts(db, { endpointId: endpoint.id, eventId: event, before: position?.after, limit: limit + 1 });
+  return toPage(rows, limit, { codec, filters, keyOf: (row) => [row.attempted_at, row.id], view: attemptView });
 }

@@ -1,3 +1,4 @@
+import { announceChange } from "./change-feed.ts";
 import { compiledQuery } from "./compiled-query.ts";
 import type { ApiKeysTable, Db } from "./schema.ts";
 
@@ -13,14 +14,7 @@ export async function findOrCreateUser(db: Db, name: string, newUserId: () => st
   return { id: user.id, name: user.name };
 }
 
-/** Every write to api_keys goes through this module; a cache of keys asks whether any ran (`apiKeyWrites`). */
-let writes = 0;
-
-/** How many writes to api_keys this process has made, on any connection (they change what a key authenticates). */
-export const apiKeyWrites = (): number => writes;
-
 export async function insertApiKey(db: Db, row: ApiKeysTable): Promise<void> {
-  writes += 1;
   await db.insertInto("api_keys").values(row).execute();
 }
 
@@ -41,9 +35,11 @@ export async function listApiKeys(db: Db): Promise<ApiKeyRow[]> {
   return withUser(db).orderBy("api_keys.created_at").orderBy("api_keys.id").execute();
 }
 
+/** Revokes the key; every server's cached principals are emptied (change-feed.ts). */
 export async function revokeApiKey(db: Db, id: string, now: string): Promise<ApiKeyRow | undefined> {
-  writes += 1;
-  await db.updateTable("api_keys").set({ revoked_at: now }).where("id", "=", id).where("revoked_at", "is", null).execute();
-  return withUser(db).where("api_keys.id", "=", id).executeTakeFirst();
+  return announceChange(db, async (trx) => {
+    await trx.updateTable("api_keys").set({ revoked_at: now }).where("id", "=", id).where("revoked_at", "is", null).execute();
+    return withUser(trx).where("api_keys.id", "=", id).executeTakeFirst();
+  });
 }
 

@@ -1,6 +1,7 @@
-import { compiledQuery, rowsInsert } from "./compiled-query.ts";
-import { forUpdate } from "./dialect.ts";
-import type { Db, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
+import { CompiledQuery, sql } from "kysely";
+import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
+import { forUpdate, isPostgres } from "./dialect.ts";
+import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 
 export async function findStudent(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }) {
   let query = db.selectFrom("students").selectAll().where("livemode", "=", livemode);
@@ -118,16 +119,8 @@ export interface RecordFilter {
   limit: number;
 }
 
-/**
- * One page of records in (recorded_at, id) order. The query reads `records` alone and SQLite
- * walks records_by_time, whatever the filter (migration 0006 says why there is no index per
- * filter), seeking straight to the cursor: the keyset condition is a row-value comparison plus
- * ONE plain lower bound on recorded_at, the later of the range's start and the cursor's time.
- * An OR of the two columns cannot be used to seek; and given two lower bounds, SQLite starts the
- * range at the range's start, so a deep page stepped over every row before the cursor (last page
- * 35x the first at 1,000,000 records).
- */
-export async function listRecords(db: Db, filter: RecordFilter) {
+/** listRecords' query of `records` (the plan that matters; the students' names are read after it). */
+function recordsPageQuery(db: Db, filter: RecordFilter) {
   const cursorTime = filter.after?.[0];
   const lowerBound = cursorTime !== undefined && cursorTime > filter.since ? cursorTime : filter.since;
   let query = db
@@ -144,7 +137,20 @@ export async function listRecords(db: Db, filter: RecordFilter) {
     const [recordedAt, id] = filter.after;
     query = query.where((eb) => eb(eb.refTuple("recorded_at", "id"), ">", eb.tuple(recordedAt, id)));
   }
-  const rows = await query.orderBy("recorded_at").orderBy("id").limit(filter.limit).execute();
+  return query.orderBy("recorded_at").orderBy("id").limit(filter.limit);
+}
+
+/**
+ * One page of records in (recorded_at, id) order. The query reads `records` alone and SQLite
+ * walks records_by_time, whatever the filter (migration 0006 says why there is no index per
+ * filter), seeking straight to the cursor: the keyset condition is a row-value comparison plus
+ * ONE plain lower bound on recorded_at, the later of the range's start and the cursor's time.
+ * An OR of the two columns cannot be used to seek; and given two lower bounds, SQLite starts the
+ * range at the range's start, so a deep page stepped over every row before the cursor (last page
+ * 35x the first at 1,000,000 records).
+ */
+export async function listRecords(db: Db, filter: RecordFilter) {
+  const rows = await recordsPageQuery(db, filter).execute();
   const studentIds = [...new Set(rows.map((r) => r.student_id))];
   const externalIds = new Map<string, string>();
   if (studentIds.length > 0) {
@@ -188,20 +194,45 @@ export const findEnrolments = compiledQuery((db: Db, livemode: Livemode, courseC
     .where("student_id", "in", studentIds),
 );
 
-/**
- * Records among the given sessions and students, a superset the caller matches pair by pair;
- * locked until the transaction ends (as findRecordForUpdate).
- */
-export const findRecordsAmong = compiledQuery((db: Db, sessionIds: string[], studentIds: string[]) =>
-  forUpdate(
-    db,
-    db
-      .selectFrom("records")
-      .select(["id", "session_id", "student_id", "status", "method"])
-      .where("session_id", "in", sessionIds)
-      .where("student_id", "in", studentIds),
-  ),
+const recordsAmong = compiledQuery((db: Db, sessionIds: string[], studentIds: string[]) =>
+  db
+    .selectFrom("records")
+    .select(["id", "session_id", "student_id", "status", "method"])
+    .where("session_id", "in", sessionIds)
+    .where("student_id", "in", studentIds),
 );
+
+// One lookup of the unique key (session, student) per pair, whatever PostgreSQL's statistics
+// say: planned from statistics taken while `records` was small, `session_id IN (...) AND
+// student_id IN (...)` read every record of the session and filtered by student (1-9 ms a
+// sync, growing with the session). Rows are locked in the pairs' order, which the caller sorts.
+/** A record found by findRecordsOf. */
+export type RecordOfPair = Pick<RecordsTable, "id" | "session_id" | "student_id" | "status" | "method">;
+
+const recordsOfPairs = postgresStatement<RecordOfPair>(
+  `select r.id, r.session_id, r.student_id, r.status, r.method
+   from unnest($1::text[], $2::text[]) as wanted(session_id, student_id)
+   cross join lateral (
+     select id, session_id, student_id, status, method from records
+     where records.session_id = wanted.session_id and records.student_id = wanted.student_id
+     for update
+   ) as r`,
+);
+
+/**
+ * The records of the given (session, student) pairs, locked until the transaction ends (as
+ * findRecordForUpdate); on SQLite a superset (every session with every student), which the
+ * caller matches pair by pair.
+ */
+export async function findRecordsOf(db: Db, pairs: readonly { sessionId: string; studentId: string }[]) {
+  if (isPostgres(db)) {
+    const sorted = [...pairs].sort((a, b) => (a.sessionId === b.sessionId ? compareText(a.studentId, b.studentId) : compareText(a.sessionId, b.sessionId)));
+    return recordsOfPairs(db, [sorted.map((p) => p.sessionId), sorted.map((p) => p.studentId)]);
+  }
+  return recordsAmong(db, [...new Set(pairs.map((p) => p.sessionId))], [...new Set(pairs.map((p) => p.studentId))]);
+}
+
+const compareText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 export const insertRecords = rowsInsert("records", [
   "id",
@@ -217,3 +248,139 @@ export const insertRecords = rowsInsert("records", [
   "created_at",
   "updated_at",
 ]);
+
+/** How many records were captured by `method` ("device" for a badge's tap), in both modes. */
+export async function countRecordsByMethod(db: Db, method: string): Promise<number> {
+  const row = await db.selectFrom("records").select((eb) => eb.fn.countAll().as("n")).where("method", "=", method).executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/**
+ * Gathers PostgreSQL's statistics on `records` now, as autovacuum does within a minute or so of a
+ * bulk load (without them it guesses a handful of rows in a range and sorts every match for a
+ * first page). SQLite plans without statistics: nothing to do there.
+ */
+export async function gatherRecordStatistics(db: Db): Promise<void> {
+  if (isPostgres(db)) await sql`analyze records`.execute(db);
+}
+
+/**
+ * The plan of listRecords' query of `records` for `filter`: SQLite's EXPLAIN QUERY PLAN, or
+ * PostgreSQL's EXPLAIN (ANALYZE, BUFFERS), which runs it; one line per plan step.
+ */
+export async function explainRecordsPage(db: Db, filter: RecordFilter): Promise<string[]> {
+  const query = recordsPageQuery(db, filter).compile();
+  if (isPostgres(db)) {
+    const { rows } = await db.executeQuery<{ "QUERY PLAN": string }>(CompiledQuery.raw(`explain (analyze, buffers) ${query.sql}`, [...query.parameters]));
+    return rows.map((row) => row["QUERY PLAN"]);
+  }
+  const { rows } = await db.executeQuery<{ detail: string }>(CompiledQuery.raw(`explain query plan ${query.sql}`, [...query.parameters]));
+  return rows.map((row) => row.detail);
+}
+
+/** One create of a group (PostgreSQL): what it names; `n` is its place in the group. */
+export interface CreateTarget {
+  livemode: Livemode;
+  sessionId: string;
+  studentId: string | undefined;
+  externalId: string | undefined;
+}
+
+/** What a group's creates read: per create, its session and student (and whether enrolled in the session's course), if found. */
+export interface CreateTargetRow {
+  n: number;
+  session_id: string | null;
+  course_code: string | null;
+  room: string | null;
+  session_status: string | null;
+  student_id: string | null;
+  external_id: string | null;
+  name: string | null;
+  enrolled_in: string | null;
+}
+
+// The session, the student (by id, or by external_id) and the enrolment of every create of a
+// group, one row per create, each found through its unique key.
+const createTargets = postgresStatement<CreateTargetRow>(
+  `select wanted.n, s.id as session_id, s.course_code, s.room, s.status as session_status,
+          st.id as student_id, st.external_id, st.name, e.course_code as enrolled_in
+   from unnest($1::int[], $2::int[], $3::text[], $4::text[], $5::text[]) as wanted(n, livemode, session_id, student_id, external_id)
+   left join sessions s on s.id = wanted.session_id and s.livemode = wanted.livemode
+   left join lateral (
+     select id, external_id, name from students
+     where wanted.student_id is not null and students.id = wanted.student_id and students.livemode = wanted.livemode
+       and (wanted.external_id is null or students.external_id = wanted.external_id)
+     union all
+     select id, external_id, name from students
+     where wanted.student_id is null and students.livemode = wanted.livemode and students.external_id = wanted.external_id
+   ) as st on true
+   left join enrollments e on e.livemode = wanted.livemode and e.course_code = s.course_code and e.student_id = st.id
+   order by wanted.n`,
+);
+
+/** For a group's creates (PostgreSQL), in their order: what each one's checks need, in one statement. */
+export async function findCreateTargets(db: Db, targets: readonly CreateTarget[]): Promise<CreateTargetRow[]> {
+  const { rows } = await createTargets(db, [
+    targets.map((_, n) => n),
+    targets.map((t) => t.livemode),
+    targets.map((t) => t.sessionId),
+    targets.map((t) => t.studentId ?? null),
+    targets.map((t) => t.externalId ?? null),
+  ]);
+  return rows;
+}
+
+/** An Idempotency-Key's answer, stored once the write it answers is: with `recordId`, only if that record was inserted. */
+export interface KeyAnswer {
+  livemode: Livemode;
+  apiKeyId: string;
+  key: string;
+  statusCode: number;
+  responseBody: string;
+  withheld: string | null;
+  recordId: string | null;
+}
+
+// A group's new records, the event of each one inserted and the answers of the group's
+// Idempotency-Keys, as one statement: atomic by itself, so no transaction, and one round trip
+// for the group. A record whose (session, student) already has one is not inserted, and neither
+// its event nor its key's answer is written; the caller learns which from the ids returned.
+// Records are inserted in (session, student) order and keys answered in key order, the order
+// every instance takes those rows in.
+const recordsAnswered = postgresStatement<{ id: string }>(
+  `with inserted as (
+     insert into records (id, livemode, session_id, student_id, course_code, status, recorded_at, method, device_id, reason, created_at, updated_at)
+     select * from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[])
+       as r(id, livemode, session_id, student_id, course_code, status, recorded_at, method, device_id, reason, created_at, updated_at)
+     order by session_id, student_id
+     on conflict (session_id, student_id) do nothing
+     returning id
+   ), evented as (
+     insert into events (id, livemode, type, created_at, payload, dispatched_at)
+     select e.id, e.livemode, e.type, e.created_at, e.payload, null
+     from unnest($13::text[], $14::int[], $15::text[], $16::text[], $17::text[], $18::text[]) as e(id, livemode, type, created_at, payload, record_id)
+     where e.record_id in (select id from inserted)
+   ), answered as (
+     update idempotency_keys set state = 'done', status_code = a.status_code, response_body = a.response_body, withheld = a.withheld
+     from unnest($19::int[], $20::text[], $21::text[], $22::int[], $23::text[], $24::text[], $25::text[]) as a(livemode, api_key_id, key, status_code, response_body, withheld, record_id)
+     where idempotency_keys.livemode = a.livemode and idempotency_keys.api_key_id = a.api_key_id and idempotency_keys.key = a.key
+       and (a.record_id is null or a.record_id in (select id from inserted))
+   )
+   select id from inserted`,
+);
+
+/**
+ * PostgreSQL: inserts `records` (each unless its student has a record in the session), the event
+ * of each inserted one (`events[i]` reports `records[i]`) and the key answers (one naming a
+ * record only if that record was inserted), in one statement; returns the ids inserted.
+ */
+export async function insertRecordsAnswering(db: Db, records: readonly RecordsTable[], events: readonly EventsTable[], answers: readonly KeyAnswer[]): Promise<Set<string>> {
+  const column = <T, K extends keyof T>(rows: readonly T[], key: K) => rows.map((row) => row[key]);
+  const { rows } = await recordsAnswered(db, [
+    ...(["id", "livemode", "session_id", "student_id", "course_code", "status", "recorded_at", "method", "device_id", "reason", "created_at", "updated_at"] as const).map((key) => column(records, key)),
+    ...(["id", "livemode", "type", "created_at", "payload"] as const).map((key) => column(events, key)),
+    records.map((record) => record.id),
+    ...(["livemode", "apiKeyId", "key", "statusCode", "responseBody", "withheld", "recordId"] as const).map((key) => column(answers, key)),
+  ]);
+  return new Set(rows.map((row) => row.id));
+}

@@ -8,7 +8,9 @@
 // it is synced (Store.logSynced under --sync full), which a checkpoint does not change.
 import { createRequire } from "node:module";
 import { Worker } from "node:worker_threads";
-import type { SyncMode } from "./database.ts";
+
+/** SQLite's `synchronous` for the serving connection and this worker's: `full` syncs the log at every commit. */
+export type SyncMode = "full" | "normal";
 
 export const CHECKPOINT_INTERVAL_MS = 200;
 /** The serving connection's wal_autocheckpoint: only reached if the worker cannot keep up. */

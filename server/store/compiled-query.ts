@@ -8,10 +8,26 @@
 // are not undefined, and where undefined, null and booleans stand (a builder may branch on them). Strings,
 // numbers and other values are the values that change; a builder must pass them to Kysely as
 // they are (no arithmetic, no string building on them), which the compilation checks.
-import type { Compilable, CompiledQuery, QueryResult } from "kysely";
+import { createHash } from "node:crypto";
+import { CompiledQuery, type Compilable, type QueryResult } from "kysely";
 import type { Database, Db } from "./schema.ts";
 
 const PLACEHOLDER = "\u0000compiled-query-argument:";
+
+/**
+ * The SQL of every compiled query, with the name its prepared statement has on PostgreSQL
+ * (database.ts names them, so each connection parses and plans them once). The set is bounded:
+ * one entry per query and argument shape the code has.
+ */
+const preparedNames = new Map<string, string>();
+
+/** The prepared statement name of a hot query's SQL; undefined for SQL compiled per call. */
+export const preparedStatementName = (sql: string): string | undefined => preparedNames.get(sql);
+
+/** Registers `sql` as a hot query, run as a named prepared statement on PostgreSQL. */
+export function prepareAsHot(sql: string): void {
+  if (!preparedNames.has(sql)) preparedNames.set(sql, `bb_${createHash("sha1").update(sql).digest("hex").slice(0, 20)}`);
+}
 
 interface Template {
   sql: string;
@@ -67,6 +83,7 @@ function compileTemplate<Args extends unknown[]>(db: Db, build: (db: Db, ...args
     }
     return { value: index };
   });
+  prepareAsHot(compiled.sql);
   return { sql: compiled.sql, query: compiled.query, queryId: compiled.queryId, bindings };
 }
 
@@ -115,10 +132,21 @@ export function rowsInsert<Table extends keyof Database & string, const Columns 
       const placeholders = rows.map(() => Object.fromEntries(columns.map((column) => [column, null])));
       const { sql, query, queryId, parameters } = db.insertInto(table).values(placeholders as never).compile();
       if (parameters.length !== rows.length * columns.length) throw new Error(`rows insert: ${parameters.length} parameters in ${sql}`);
+      prepareAsHot(sql);
       byCount.set(rows.length, (template = { sql, query, queryId }));
     }
     const parameters: unknown[] = [];
     for (const row of rows) for (const column of columns as Columns) parameters.push(row[column] ?? null);
     return db.executeQuery<never>({ sql: template.sql, query: template.query, queryId: template.queryId, parameters });
   };
+}
+
+/**
+ * A PostgreSQL statement written as SQL (for what Kysely has no builder for: `unnest` of array
+ * parameters, a LATERAL lookup per key), run as a named prepared statement. Its lists are array
+ * parameters, so its text, and its one plan per connection, do not change with their lengths.
+ */
+export function postgresStatement<Row>(text: string): (db: Db, parameters: readonly unknown[]) => Promise<QueryResult<Row>> {
+  prepareAsHot(text);
+  return (db, parameters) => db.executeQuery<Row>(CompiledQuery.raw(text, [...parameters]));
 }

@@ -13,22 +13,29 @@
 // commit on disk before anyone hears of it, exactly what FULL guarantees, while the next group's
 // statements already run. Checkpoints still sync the log before copying it (NORMAL does that).
 import fs from "node:fs";
-import path from "node:path";
 import SQLite from "better-sqlite3";
 import { CompiledQuery, Kysely, PostgresDialect, SqliteDialect, SqliteDriver, type DatabaseConnection } from "kysely";
 import type pg from "pg";
-import { FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer } from "./checkpointer.ts";
+import { CHANGE_CHECK_INTERVAL_MS, PostgresChangeFeed, sqliteChangeFeed, type ChangeFeed } from "./change-feed.ts";
+import { FALLBACK_AUTOCHECKPOINT_PAGES, startCheckpointer, type SyncMode } from "./checkpointer.ts";
+import { preparedStatementName } from "./compiled-query.ts";
+import { DATABASE_FILE, sqliteFileIn, StoreError, UnusableStoreError } from "./data-directory.ts";
 import { isDatabaseUnavailable } from "./dialect.ts";
-import { migrateToLatest } from "./migrations.ts";
+import { migrateToLatest, migrationsUnknownHere } from "./migrations.ts";
+import { markPipelinedFailure, PIPELINED_STATEMENTS } from "./write-batcher.ts";
 import type { Database } from "./schema.ts";
 
-export type SyncMode = "full" | "normal";
-
-export type StoreKind = "sqlite" | "postgres";
+// The store's callers name the sync mode through this module; the checkpointer owns it.
+export type { SyncMode } from "./checkpointer.ts";
 
 export interface StoreOptions {
   /** the SQLite database's directory; unused on PostgreSQL */
   dataDir: string;
+  /**
+   * Whether a missing SQLite database (and its directory) is created: true for the server only
+   * (the default, for tests and benchmarks); the admin commands open an existing store or refuse.
+   */
+  create?: boolean;
   /** a `postgres://` URL: the store is that PostgreSQL database instead of SQLite in `dataDir` */
   databaseUrl?: string;
   /** PostgreSQL connection pool and timeouts (defaults in POSTGRES_DEFAULTS) */
@@ -54,12 +61,16 @@ export interface PostgresSettings {
   connectTimeoutMs: number;
   /** the longest a statement may run before PostgreSQL cancels it */
   statementTimeoutMs: number;
+  /** the longest a serving instance's caches may miss a revocation or publish whose notification did not arrive (change-feed.ts) */
+  changeCheckMs: number;
 }
 
-export const POSTGRES_DEFAULTS: PostgresSettings = { poolSize: 10, connectTimeoutMs: 5000, statementTimeoutMs: 10_000 };
+export const POSTGRES_DEFAULTS: PostgresSettings = { poolSize: 10, connectTimeoutMs: 5000, statementTimeoutMs: 10_000, changeCheckMs: CHANGE_CHECK_INTERVAL_MS };
 
 interface StoreBase {
   db: Kysely<Database>;
+  /** what the caches of principals and releases check before trusting what they hold (change-feed.ts) */
+  changes: ChangeFeed;
   /**
    * Resolves once every transaction committed before the call is on disk as `sync` promises;
    * acknowledge a write only after it. Immediate except for a serving SQLite store under `full`
@@ -88,10 +99,7 @@ export function sqliteFileOf(store: Store): string {
   return store.file;
 }
 
-/** The store could not be opened for a reason the user can fix (a bad URL, a database that does not answer). */
-export class StoreError extends Error {
-  override name = "StoreError";
-}
+export { DATABASE_FILE, StoreError, UnusableStoreError };
 
 // Kysely opens SQLite transactions with a plain (deferred) BEGIN. A deferred transaction that
 // reads and then writes fails at once with SQLITE_BUSY when another process (an admin command
@@ -113,8 +121,6 @@ class ImmediateSqliteDialect extends SqliteDialect {
     return new ImmediateSqliteDriver(this.#config);
   }
 }
-
-export const DATABASE_FILE = "badgebench.sqlite";
 
 const STATEMENT_CACHE_SIZE = 500;
 
@@ -146,11 +152,18 @@ function withStatementCache(sqlite: SQLite.Database) {
 const synced = () => Promise.resolve();
 
 export async function openStore(options: StoreOptions): Promise<Store> {
-  return options.databaseUrl === undefined ? openSqliteStore(options) : openPostgresStore(options.databaseUrl, options.postgres);
+  return options.databaseUrl === undefined ? openSqliteStore(options) : openPostgresStore(options.databaseUrl, options.postgres, options.serving !== undefined);
 }
 
-async function migrated(db: Kysely<Database>): Promise<void> {
+/** Migrates to this code's schema, after refusing (and changing nothing in) a database a newer badgebench wrote. */
+async function migrated(db: Kysely<Database>, where: string): Promise<void> {
   try {
+    const unknown = await migrationsUnknownHere(db);
+    if (unknown.length > 0) {
+      throw new UnusableStoreError(
+        `${where} holds a database of a newer badgebench (its schema has ${unknown.join(", ")}, which this version does not know); run the newer badgebench, nothing was changed`,
+      );
+    }
     await migrateToLatest(db);
   } catch (error) {
     await db.destroy();
@@ -159,10 +172,15 @@ async function migrated(db: Kysely<Database>): Promise<void> {
 }
 
 async function openSqliteStore(options: StoreOptions): Promise<Store> {
-  fs.mkdirSync(options.dataDir, { recursive: true });
-  const file = path.join(options.dataDir, DATABASE_FILE);
+  const file = sqliteFileIn(options.dataDir, options.create ?? true);
   const sqlite = new SQLite(file);
-  sqlite.pragma("journal_mode = WAL");
+  try {
+    sqlite.pragma("journal_mode = WAL");
+  } catch (error) {
+    sqlite.close();
+    // SQLITE_NOTADB, SQLITE_CORRUPT: a file of another kind, or a damaged database.
+    throw new UnusableStoreError(`${file} is not a badgebench database (${(error as Error).message}); move it away or give --data another directory`, { cause: error });
+  }
   const sync = options.sync ?? "full";
   // A serving store under `full` syncs the log itself, after the commit, in logSynced.
   const syncsLogItself = options.serving !== undefined && sync === "full";
@@ -170,10 +188,11 @@ async function openSqliteStore(options: StoreOptions): Promise<Store> {
   sqlite.pragma("busy_timeout = 5000");
   sqlite.pragma("foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
-  await migrated(db);
+  await migrated(db, file);
   const dataVersionStatement = sqlite.prepare("pragma data_version").pluck();
   const dataVersion = () => dataVersionStatement.get() as number;
-  if (!options.serving) return { kind: "sqlite", db, file, dataVersion, logSynced: synced, close: () => db.destroy() };
+  const changes = sqliteChangeFeed(dataVersion);
+  if (!options.serving) return { kind: "sqlite", db, file, dataVersion, changes, logSynced: synced, close: () => db.destroy() };
   sqlite.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
   // Each write of a group runs under a savepoint (write-batcher.ts), and SQLite copies every page
   // a write changes into the savepoint's journal; past 64 KiB that journal is a temporary file,
@@ -190,6 +209,7 @@ async function openSqliteStore(options: StoreOptions): Promise<Store> {
     db,
     file,
     dataVersion,
+    changes,
     logSynced: log === undefined ? synced : () => log.datasync(),
     async close() {
       await checkpointer.stop();
@@ -227,9 +247,59 @@ const countsAsNumbers = (types: typeof pg.types) => ({
     oid === types.builtins.INT8 ? Number : types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 });
 
-async function openPostgresStore(urlText: string, settings: Partial<PostgresSettings> = {}): Promise<Store> {
+let queriesSent = 0;
+
+/** Round trips this process has made to PostgreSQL (for the benchmark's breakdown of a request). */
+export const postgresQueriesSent = (): number => queriesSent;
+
+/**
+ * A pool client whose hot statements (compiled-query.ts) run as named prepared statements: parsed
+ * and planned once per connection instead of on every call. Its savepoints and their releases
+ * (`PIPELINED_STATEMENTS`) wait for the statement that follows them and go out with it, pipelined
+ * (the client runs in pg's pipeline mode), so a group commit's write costs no round trip of its
+ * own for them. Such a statement fails only in a transaction already failed (a write that caught
+ * its own statement's error, a defect) or on a broken connection; Kysely is answered at once, and
+ * if it failed all the same, every statement after it fails with its error (marked
+ * `pipelinedFailure`) until the transaction is rolled back: the write batcher then runs the
+ * group's writes again one transaction each (write-batcher.ts), and a COMMIT after a failed
+ * RELEASE, which PostgreSQL turns into a ROLLBACK without an error, fails rather than reporting
+ * the group committed. Every round trip is counted.
+ */
+function preparingHotStatements(client: pg.PoolClient): void {
+  const query = client.query.bind(client) as (...args: unknown[]) => Promise<pg.QueryResult>;
+  let waiting: string[] = [];
+  let failed: { error: unknown } | undefined;
+  client.query = ((config: unknown, values?: unknown, callback?: unknown) => {
+    const endsTransaction = config === "rollback";
+    if (failed !== undefined && !endsTransaction) return Promise.reject(failed.error);
+    failed = undefined;
+    if (typeof config === "string" && PIPELINED_STATEMENTS.has(config) && callback === undefined) {
+      waiting.push(config);
+      return Promise.resolve({ command: config.split(" ")[0]!.toUpperCase(), rowCount: null, rows: [], fields: [], oid: 0 });
+    }
+    queriesSent += 1;
+    // Written to the connection in this order, before any answer comes back.
+    const before = waiting.map((text) => query(text));
+    waiting = [];
+    const name = typeof config === "string" ? preparedStatementName(config) : undefined;
+    const sent = name === undefined || typeof values === "function" ? query(config, values, callback) : query({ name, text: config, values }, callback);
+    if (before.length === 0) return sent;
+    return Promise.allSettled([...before, sent]).then((outcomes) => {
+      const last = outcomes.at(-1)!;
+      const refused = outcomes.slice(0, -1).find((outcome) => outcome.status === "rejected");
+      if (refused !== undefined && !endsTransaction) {
+        failed = { error: markPipelinedFailure(refused.reason) };
+        throw refused.reason;
+      }
+      if (last.status === "rejected") throw last.reason;
+      return last.value;
+    });
+  }) as typeof client.query;
+}
+
+async function openPostgresStore(urlText: string, settings: Partial<PostgresSettings> = {}, serving = false): Promise<Store> {
   const url = parsePostgresUrl(urlText);
-  const { poolSize, connectTimeoutMs, statementTimeoutMs } = { ...POSTGRES_DEFAULTS, ...settings };
+  const { poolSize, connectTimeoutMs, statementTimeoutMs, changeCheckMs } = { ...POSTGRES_DEFAULTS, ...settings };
   // Loaded only here: an SQLite server does not carry the PostgreSQL client in its memory.
   const { default: pg } = await import("pg");
   const pool = new pg.Pool({
@@ -243,13 +313,19 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
     query_timeout: statementTimeoutMs + connectTimeoutMs,
     keepAlive: true,
     types: countsAsNumbers(pg.types),
+    // Each statement still waits for its answer (Kysely runs a connection's one at a time),
+    // except the savepoints that go out with the statement after them (preparingHotStatements).
+    pipeline: true,
   });
   // A connection that breaks (the database restarted, a backend terminated) reports an error on
   // its client, checked out or idle; without a listener that would end the process. The query
   // running on it fails (a 503 for its request) and the pool replaces the connection.
   const ignoreBroken = () => {};
   pool.on("error", ignoreBroken);
-  pool.on("connect", (client) => client.on("error", ignoreBroken));
+  pool.on("connect", (client) => {
+    client.on("error", ignoreBroken);
+    preparingHotStatements(client);
+  });
   try {
     await pool.query("select 1");
   } catch (error) {
@@ -258,8 +334,9 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
   }
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   try {
-    await migrated(db);
+    await migrated(db, `PostgreSQL at ${shownUrl(url)}`);
   } catch (error) {
+    if (error instanceof UnusableStoreError) throw error;
     const cause = error instanceof Error ? error.cause : undefined;
     if (!isDatabaseUnavailable(error) && !isDatabaseUnavailable(cause)) throw error;
     // The migrations run in one transaction: none of them is left half applied.
@@ -268,5 +345,35 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
       { cause: error },
     );
   }
-  return { kind: "postgres", db, logSynced: synced, close: () => db.destroy() };
+  // A serving instance listens for other instances' changes; an admin command reads the version row whenever asked.
+  const changes = new PostgresChangeFeed({
+    db,
+    listen: serving,
+    checkIntervalMs: serving ? changeCheckMs : 0,
+    async connect() {
+      const client = new pg.Client({ connectionString: urlText, connectionTimeoutMillis: connectTimeoutMs, keepAlive: true, application_name: "badgebench-changes" });
+      client.on("error", ignoreBroken);
+      await client.connect();
+      return client;
+    },
+  });
+  if (serving) {
+    try {
+      await changes.start();
+    } catch (error) {
+      await changes.close();
+      await db.destroy();
+      throw new StoreError(`PostgreSQL at ${shownUrl(url)} stopped answering while the server started: ${(error as Error).message}`, { cause: error });
+    }
+  }
+  return {
+    kind: "postgres",
+    db,
+    changes,
+    logSynced: synced,
+    async close() {
+      await changes.close();
+      await db.destroy();
+    },
+  };
 }

@@ -3,8 +3,9 @@
 // transaction, so instances starting at once migrate one after the other and the later ones
 // find nothing to do. Column types are chosen to mean the same on SQLite and PostgreSQL
 // (columnTypes).
-import { type Expression, type Kysely, type Migration, Migrator, sql } from "kysely";
+import { type Expression, type Kysely, type Migration, type MigrationResultSet, Migrator, sql } from "kysely";
 import { isPostgres } from "./dialect.ts";
+import { createReleaseRollouts } from "./rollouts-migration.ts";
 
 /**
  * The column types whose spelling differs. Text compares byte by byte on both (SQLite's BINARY
@@ -392,14 +393,92 @@ const migrations: Record<string, Migration> = {
       await db.updateTable("webhook_endpoints").set({ enabled_at: sql.ref("created_at") }).execute();
     },
   },
+  // Idempotency-Keys belong to the API key that sent them (issue 28): another key repeating the
+  // value gets its own execution, not the first key's stored answer. The stored answers are
+  // dropped, not carried over: which key stored each is unknown, and those that revealed a
+  // signing secret hold it in clear (answers stored from now on withhold it). At most 24 hours
+  // of retries are affected: a retry of a write made before the upgrade runs again (an attendance
+  // create is then refused as record_exists).
+  "0008_idempotency_per_api_key": {
+    async up(db: Kysely<any>) {
+      const t = columnTypes(db);
+      await db.schema.dropTable("idempotency_keys").execute();
+      await db.schema
+        .createTable("idempotency_keys")
+        .addColumn("livemode", "integer", (c) => c.notNull())
+        .addColumn("api_key_id", t.text, (c) => c.notNull())
+        .addColumn("key", t.text, (c) => c.notNull())
+        .addColumn("fingerprint", t.text, (c) => c.notNull())
+        .addColumn("state", t.text, (c) => c.notNull())
+        .addColumn("locked_at", t.text, (c) => c.notNull())
+        .addColumn("status_code", "integer")
+        .addColumn("response_body", t.text)
+        .addColumn("withheld", t.text)
+        .addColumn("created_at", t.text, (c) => c.notNull())
+        .addPrimaryKeyConstraint("idempotency_keys_pk", ["livemode", "api_key_id", "key"])
+        .execute();
+      await db.schema.createIndex("idempotency_keys_by_age").on("idempotency_keys").column("created_at").execute();
+    },
+  },
+  // Releases per mode (issue 28): one manifest row per mode, keyed by livemode. The one manifest
+  // there was becomes the live one: it was published by the operator's command for the real
+  // fleet, and live badges must keep being offered what they were offered; test badges see no
+  // release until one is published in test mode. (The file store needs no migration: live keeps
+  // <data>/releases.)
+  "0009_release_modes": {
+    async up(db: Kysely<any>) {
+      const t = columnTypes(db);
+      await db.schema
+        .createTable("release_manifests")
+        .addColumn("livemode", "integer", (c) => c.primaryKey().check(sql`livemode in (0, 1)`))
+        .addColumn("revision", t.text, (c) => c.notNull())
+        .addColumn("body", t.text, (c) => c.notNull())
+        .addColumn("updated_at", t.text, (c) => c.notNull())
+        .execute();
+      await db
+        .insertInto("release_manifests")
+        .columns(["livemode", "revision", "body", "updated_at"])
+        .expression(db.selectFrom("release_manifest").select([sql.lit(1).as("livemode"), "revision", "body", "updated_at"]))
+        .execute();
+      await db.schema.dropTable("release_manifest").execute();
+    },
+  },
+  // Staged rollouts (issue 24): the table is in rollouts-migration.ts, which says why.
+  "0010_release_rollouts": { up: (db: Kysely<any>) => createReleaseRollouts(db, columnTypes(db)) },
+  // The bytes a fetch served (issue 23): a badge resuming a cut download asks for a range. A
+  // fetch from before this migration was always the whole image, 0 to size - 1.
+  "0011_fetch_ranges": {
+    async up(db: Kysely<any>) {
+      await db.schema.alterTable("ota_fetches").addColumn("first_byte", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await db.schema.alterTable("ota_fetches").addColumn("last_byte", "integer", (c) => c.notNull().defaultTo(-1)).execute();
+      await db.updateTable("ota_fetches").set({ last_byte: sql`size - 1` }).execute();
+    },
+  },
 };
 
-export async function migrateToLatest(db: Kysely<any>): Promise<void> {
+/** Migrations the database has run that this code does not have: a newer badgebench wrote it. */
+export async function migrationsUnknownHere(db: Kysely<any>): Promise<string[]> {
+  const tables = await db.introspection.getTables({ withInternalKyselyTables: true });
+  if (!tables.some((table) => table.name === "kysely_migration")) return [];
+  const ran = await db.selectFrom("kysely_migration").select("name").execute();
+  return ran.map((row) => row.name as string).filter((name) => !Object.hasOwn(migrations, name));
+}
+
+export function migrateToLatest(db: Kysely<any>): Promise<void> {
+  return migrate(db, (migrator) => migrator.migrateToLatest());
+}
+
+/** Runs the migrations up to and including `name`: how a test writes data as an older version kept it. */
+export function migrateTo(db: Kysely<any>, name: string): Promise<void> {
+  return migrate(db, (migrator) => migrator.migrateTo(name));
+}
+
+async function migrate(db: Kysely<any>, run: (migrator: Migrator) => Promise<MigrationResultSet>): Promise<void> {
   const migrator = new Migrator({
     db,
     provider: { getMigrations: async () => migrations },
   });
-  const { error, results } = await migrator.migrateToLatest();
+  const { error, results } = await run(migrator);
   if (error) {
     const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "unknown";
     throw new Error(`database migration ${failed} failed: ${(error as Error).message}`, { cause: error });

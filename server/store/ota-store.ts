@@ -19,10 +19,6 @@ export async function latestFetch(db: Db, deviceId: string): Promise<OtaFetchesT
     .executeTakeFirst();
 }
 
-export async function listFetches(db: Db, deviceId: string): Promise<OtaFetchesTable[]> {
-  return db.selectFrom("ota_fetches").selectAll().where("device_id", "=", deviceId).orderBy("started_at").orderBy("id").execute();
-}
-
 export async function insertReport(db: Db, row: OtaReportsTable): Promise<void> {
   await db.insertInto("ota_reports").values(row).execute();
 }
@@ -38,16 +34,22 @@ export async function latestReport(db: Db, deviceId: string): Promise<OtaReports
     .executeTakeFirst();
 }
 
-/** The badge's latest `ota=ok|<version>` received after `since` (a report from before a publish says nothing about it). */
-export async function latestOkReport(db: Db, deviceId: string, version: string, since: string): Promise<OtaReportsTable | undefined> {
+/**
+ * The badge's latest `ota=ok|<version>` received after `since` (a report from before a publish
+ * says nothing about it), when the badge is of `livemode`: a report counts only for releases of
+ * its badge's own mode.
+ */
+export async function latestOkReport(db: Db, livemode: Livemode, deviceId: string, version: string, since: string): Promise<OtaReportsTable | undefined> {
   return db
-    .selectFrom("ota_reports")
-    .selectAll()
-    .where("device_id", "=", deviceId)
-    .where("received_at", ">", since)
-    .where("version", "=", version)
-    .where("outcome", "=", "ok")
-    .orderBy("received_at", "desc")
+    .selectFrom("ota_reports as r")
+    .innerJoin("devices as d", "d.id", "r.device_id")
+    .selectAll("r")
+    .where("d.livemode", "=", livemode)
+    .where("r.device_id", "=", deviceId)
+    .where("r.received_at", ">", since)
+    .where("r.version", "=", version)
+    .where("r.outcome", "=", "ok")
+    .orderBy("r.received_at", "desc")
     .limit(1)
     .executeTakeFirst();
 }
@@ -79,4 +81,16 @@ export async function latestFetchPerDevice(db: Db, livemode: Livemode): Promise<
 
 export async function latestReportPerDevice(db: Db, livemode: Livemode): Promise<OtaReportsTable[]> {
   return (await latestPerDevice(db, livemode, "ota_reports", "received_at")) as unknown as OtaReportsTable[];
+}
+
+/** Every firmware fetch so far (all badges, both modes), by outcome: how many, and the bytes they sent. */
+export async function countFetchesByOutcome(db: Db): Promise<Record<FetchOutcome, { fetches: number; bytes_sent: number }>> {
+  const rows = await db
+    .selectFrom("ota_fetches")
+    .select((eb) => ["outcome", eb.fn.countAll().as("fetches"), eb.fn.sum("bytes_sent").as("bytes_sent")])
+    .groupBy("outcome")
+    .execute();
+  const counts = { sending: { fetches: 0, bytes_sent: 0 }, completed: { fetches: 0, bytes_sent: 0 }, cut: { fetches: 0, bytes_sent: 0 } };
+  for (const row of rows) counts[row.outcome] = { fetches: Number(row.fetches), bytes_sent: Number(row.bytes_sent) };
+  return counts;
 }

@@ -1,31 +1,31 @@
-// The database release store's rows: images (inserted once, never updated or deleted) and the
-// one manifest row. The publish lock is the only dialect-specific part, kept here.
+// The database release store's rows: images (inserted once, never updated or deleted, shared by
+// both modes) and one manifest row per mode. The publish lock (one for both modes, so two
+// publishes never insert the same image at once) is the only dialect-specific part, kept here.
 import { sql } from "kysely";
 import { isPostgres } from "./dialect.ts";
-import type { Db, ReleaseImagesTable } from "./schema.ts";
+import type { Db, Livemode, ReleaseImagesTable } from "./schema.ts";
 
-const MANIFEST_ROW = 1;
 /** The advisory lock key of publish and promote on PostgreSQL ("badger" in ASCII). */
 const RELEASES_LOCK_KEY = 0x626164676572;
 const LOCK_RETRY_MS = 25;
 
 /** The manifest's current revision (undefined before the first publish): one short row read. */
-export async function manifestRevision(db: Db): Promise<string | undefined> {
-  const row = await db.selectFrom("release_manifest").select("revision").where("id", "=", MANIFEST_ROW).executeTakeFirst();
+export async function manifestRevision(db: Db, livemode: Livemode): Promise<string | undefined> {
+  const row = await db.selectFrom("release_manifests").select("revision").where("livemode", "=", livemode).executeTakeFirst();
   return row?.revision;
 }
 
-export function readManifestRow(db: Db): Promise<{ revision: string; body: string } | undefined> {
-  return db.selectFrom("release_manifest").select(["revision", "body"]).where("id", "=", MANIFEST_ROW).executeTakeFirst();
+export function readManifestRow(db: Db, livemode: Livemode): Promise<{ revision: string; body: string } | undefined> {
+  return db.selectFrom("release_manifests").select(["revision", "body"]).where("livemode", "=", livemode).executeTakeFirst();
 }
 
 /** Replaces the manifest; call it holding the publish lock, in the transaction that stored its images. */
-export async function writeManifestRow(trx: Db, row: { revision: string; body: string; updatedAt: string }): Promise<void> {
+export async function writeManifestRow(trx: Db, livemode: Livemode, row: { revision: string; body: string; updatedAt: string }): Promise<void> {
   const values = { revision: row.revision, body: row.body, updated_at: row.updatedAt };
   await trx
-    .insertInto("release_manifest")
-    .values({ id: MANIFEST_ROW, ...values })
-    .onConflict((oc) => oc.column("id").doUpdateSet(values))
+    .insertInto("release_manifests")
+    .values({ livemode, ...values })
+    .onConflict((oc) => oc.column("livemode").doUpdateSet(values))
     .execute();
 }
 

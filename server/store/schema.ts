@@ -97,6 +97,9 @@ export interface OtaFetchesTable {
   size: number;
   /** bytes handed to the connection: an upper bound of what the badge received */
   bytes_sent: number;
+  /** the first and last byte of the image this fetch served (0 and size - 1 for the whole image, a 200) */
+  first_byte: number;
+  last_byte: number;
   outcome: FetchOutcome;
   started_at: string;
   ended_at: string | null;
@@ -173,12 +176,16 @@ export interface EventsTable {
 
 export interface IdempotencyKeysTable {
   livemode: Livemode;
+  /** the API key that sent the Idempotency-Key: another key's same value is another key */
+  api_key_id: string;
   key: string;
   fingerprint: string;
   state: "in_flight" | "done";
   locked_at: string;
   status_code: number | null;
   response_body: string | null;
+  /** JSON array of the answer's fields whose shown-once secret was not stored (null: none) */
+  withheld: string | null;
   created_at: string;
 }
 
@@ -279,13 +286,46 @@ export interface ReleaseImagesTable {
   created_at: string;
 }
 
-/** The one row holding the release manifest (the database release store). */
+/** Each mode's release manifest, one row per mode (the database release store). */
 export interface ReleaseManifestTable {
-  id: number;
+  livemode: Livemode;
   /** a fresh id at every replacement, so an instance knows from it alone whether its copy is current */
   revision: string;
   body: string;
   updated_at: string;
+}
+
+/** What a staged rollout is doing (server/services/rollouts.ts). */
+export type RolloutStatus = "active" | "paused" | "halted" | "aborted" | "completed";
+
+/** A staged rollout of one release to one mode's fleet (issue 24); JSON columns are text. */
+export interface ReleaseRolloutsTable {
+  id: string;
+  livemode: Livemode;
+  version: string;
+  /** the fleet's release when the rollout began: what badges outside the stage keep being told they run */
+  previous_version: string | null;
+  /** when the release was published: its reports and fetches from then on count (the canary's ok included) */
+  published_at: string;
+  status: RolloutStatus;
+  /** JSON array of increasing percentages ending at 100 */
+  stages: string;
+  stage_index: number;
+  stage_started_at: string;
+  min_stage_seconds: number;
+  min_ok_share: number;
+  halt_failures: number;
+  halt_failure_share: number;
+  report_timeout_seconds: number;
+  /** JSON: the halt (when, why, which badges) while halted, and the last one after a resume; null before any */
+  halt: string | null;
+  /** JSON array of the device ids whose failures an operator accepted by resuming: they count no more */
+  accepted_failures: string;
+  /** JSON array of what happened, oldest first: created, advanced, paused, resumed, halted, aborted, completed */
+  history: string;
+  created_at: string;
+  updated_at: string;
+  ended_at: string | null;
 }
 
 export interface Database {
@@ -311,7 +351,8 @@ export interface Database {
   pipelines: PipelinesTable;
   stages: StagesTable;
   release_images: ReleaseImagesTable;
-  release_manifest: ReleaseManifestTable;
+  release_manifests: ReleaseManifestTable;
+  release_rollouts: ReleaseRolloutsTable;
 }
 
 /** A connection or an open transaction: store functions accept either. */

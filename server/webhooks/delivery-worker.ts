@@ -13,7 +13,7 @@ import type { Logger } from "pino";
 import { newId } from "../ids.ts";
 import type { Database, Livemode, WebhookAttemptsTable } from "../store/schema.ts";
 import * as store from "../store/webhooks-store.ts";
-import { SIGNATURE_HEADER, signatureHeader } from "./signature.ts";
+import { deliveryHeaders } from "./standard-webhooks.ts";
 import type { WebhookConfig } from "./webhook-config.ts";
 import type { AttemptResult, WebhookSender } from "./webhook-sender.ts";
 import type { AddressPolicy } from "./address-guard.ts";
@@ -40,7 +40,19 @@ export function signingSecrets(row: { secret: string; previous_secret: string | 
 }
 
 export function addressPolicy(livemode: Livemode, config: WebhookConfig): AddressPolicy {
-  return { allowLoopback: livemode === 0 || config.allowLoopbackForLive };
+  const localTest = livemode === 0 && config.localTestTargets;
+  return { allowLoopback: localTest || config.allowLoopbackForLive, allowPrivate: localTest };
+}
+
+/**
+ * The attempt as it may be kept and shown: without the receiver's answer when the live rules
+ * would refuse the URL (http: the address policy already held it to live's addresses) and the
+ * operator has not allowed local test targets, so a test key never reads through a test
+ * endpoint what a live one could not reach.
+ */
+export function shownResult(result: AttemptResult, endpoint: { livemode: Livemode; url: string }, config: WebhookConfig): AttemptResult {
+  const liveWouldAccept = endpoint.livemode === 1 || new URL(endpoint.url).protocol === "https:";
+  return liveWouldAccept || config.localTestTargets ? result : { ...result, responseExcerpt: null };
 }
 
 interface Finished {
@@ -79,6 +91,11 @@ export class DeliveryWorker {
 
   start(): void {
     this.wake();
+  }
+
+  /** How many ticks have run: while busy each claims at most its share, so deliveries never outrun ticks x share. */
+  get ticks(): number {
+    return this.#ticks;
   }
 
   /** Look for work now (called after every write request, so new events go out at once). */
@@ -197,8 +214,9 @@ export class DeliveryWorker {
 
   async #attempt(delivery: store.DueDelivery, token: string): Promise<void> {
     const attemptedAt = new Date();
-    const header = signatureHeader(delivery.payload, signingSecrets(delivery, attemptedAt), Math.floor(attemptedAt.getTime() / 1000));
-    const result = await this.#sender.send(delivery.url, delivery.payload, { [SIGNATURE_HEADER]: header }, addressPolicy(delivery.livemode, this.#config));
+    const headers = deliveryHeaders(delivery.event_id, delivery.payload, signingSecrets(delivery, attemptedAt), Math.floor(attemptedAt.getTime() / 1000));
+    const sent = await this.#sender.send(delivery.url, delivery.payload, headers, addressPolicy(delivery.livemode, this.#config));
+    const result = shownResult(sent, delivery, this.#config);
     this.#finished.push({ delivery, token, attemptedAt, result });
     this.wake();
   }

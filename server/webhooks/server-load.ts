@@ -20,6 +20,20 @@ export const LOAD_WINDOW_MS = 100;
 /** How long a window that showed the requests leaving time to spare lets deliveries run free. */
 export const FREE_MS = 500;
 
+/** Where the load signal reads the time and the event loop's utilization since a mark (injectable for tests). */
+export interface LoopMeter {
+  now(): number;
+  /** A mark of the loop's work so far, and the share of the time since `since` the loop was working. */
+  mark(): EventLoopUtilization;
+  utilizationSince(since: EventLoopUtilization): number;
+}
+
+const NODE_LOOP: LoopMeter = {
+  now: () => performance.now(),
+  mark: () => performance.eventLoopUtilization(),
+  utilizationSince: (since) => performance.eventLoopUtilization(since).utilization,
+};
+
 export interface LoadSignal {
   /** true while requests are being served and the event loop has little time to spare */
   busy(): boolean;
@@ -36,31 +50,35 @@ export interface LoadSignal {
 export class ServerLoad implements LoadSignal {
   readonly #windowMs: number;
   readonly #freeMs: number;
-  #windowStart = performance.now();
-  #mark: EventLoopUtilization = performance.eventLoopUtilization();
+  readonly #meter: LoopMeter;
+  #windowStart: number;
+  #mark: EventLoopUtilization;
   #lastRequestAt = -Infinity;
   #busy = false;
   #freeUntil = -Infinity;
 
-  constructor({ windowMs = LOAD_WINDOW_MS, freeMs = FREE_MS }: { windowMs?: number; freeMs?: number } = {}) {
+  constructor({ windowMs = LOAD_WINDOW_MS, freeMs = FREE_MS, meter = NODE_LOOP }: { windowMs?: number; freeMs?: number; meter?: LoopMeter } = {}) {
     this.#windowMs = windowMs;
     this.#freeMs = freeMs;
+    this.#meter = meter;
+    this.#windowStart = meter.now();
+    this.#mark = meter.mark();
   }
 
   /** Called for every request the server receives. */
   noteRequest = (): void => {
-    this.#lastRequestAt = performance.now();
+    this.#lastRequestAt = this.#meter.now();
   };
 
   busy(): boolean {
-    const now = performance.now();
+    const now = this.#meter.now();
     if (now - this.#windowStart >= this.#windowMs) {
-      const { utilization } = performance.eventLoopUtilization(this.#mark);
+      const utilization = this.#meter.utilizationSince(this.#mark);
       const threshold = this.#busy ? STAY_BUSY_UTILIZATION : BUSY_UTILIZATION;
       const full = this.#lastRequestAt >= this.#windowStart && utilization >= threshold;
       if (this.#busy && !full) this.#freeUntil = now + this.#freeMs;
       this.#busy = full && now >= this.#freeUntil;
-      this.#mark = performance.eventLoopUtilization();
+      this.#mark = this.#meter.mark();
       this.#windowStart = now;
     }
     return this.#busy;

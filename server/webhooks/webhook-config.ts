@@ -35,6 +35,14 @@ export interface WebhookConfig {
   /** how endpoint host names are resolved (injectable so tests can make a name point anywhere) */
   resolve: Resolver;
   /**
+   * Lets test-mode endpoints reach loopback and private (RFC 1918, unique local) addresses, and
+   * keeps what such a receiver answers: a receiver on this machine or the LAN while developing.
+   * Off by default, since any test key with the webhook scope could otherwise read (and
+   * port-scan) services on the server's own network through a test delivery's answer excerpt;
+   * on for `badgebench serve --demo` and in the test suite. BADGEBENCH_WEBHOOK_LOCAL_TEST_TARGETS.
+   */
+  localTestTargets: boolean;
+  /**
    * Test-only: lets live endpoints point at loopback so tests can run live delivery on this
    * machine. No flag or environment variable sets it.
    */
@@ -54,6 +62,7 @@ export const DEFAULT_WEBHOOK_CONFIG: WebhookConfig = {
   perEndpointConcurrency: 8,
   busyRate: 200,
   resolve: systemResolver,
+  localTestTargets: false,
   allowLoopbackForLive: false,
 };
 
@@ -98,6 +107,11 @@ export function webhookConfigFromEnv(env: NodeJS.ProcessEnv = process.env): Part
   for (const [name, [option, unit]] of Object.entries(ENV_NUMBERS)) {
     const value = env[name];
     if (value !== undefined && value !== "") overrides[option] = number(name, value, unit);
+  }
+  const local = env.BADGEBENCH_WEBHOOK_LOCAL_TEST_TARGETS;
+  if (local !== undefined && local !== "") {
+    if (local !== "1" && local !== "0") throw new WebhookConfigError(`BADGEBENCH_WEBHOOK_LOCAL_TEST_TARGETS must be 1 (allow) or 0 (refuse) (got '${local}')`);
+    overrides.localTestTargets = local === "1";
   }
   const schedule = env.BADGEBENCH_WEBHOOK_RETRY_SCHEDULE_MS;
   if (schedule !== undefined) {

@@ -44,7 +44,7 @@ export class WebhookSender {
   }
 
   #agentsFor(policy: AddressPolicy) {
-    const key = policy.allowLoopback ? "loopback" : "public";
+    const key = `${policy.allowLoopback ? "loopback" : "public"}-${policy.allowPrivate ? "private" : "public"}`;
     let agents = this.#agents.get(key);
     if (!agents) {
       const lookup = guardedLookup(policy, this.#options.resolve);

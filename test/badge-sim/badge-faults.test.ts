@@ -3,11 +3,12 @@
 // MD5 matched (or the one it ran), never writes its running slot, says what happened on screen,
 // and delivers an `ota=err` report at its next chance, before any backoff.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { FAILURE_SCREEN_MS } from "../../badge-sim/badge-machine.ts";
-import { FIRST_BACKOFF_MS } from "../../badge-sim/badge-storage.ts";
-import { startFaultProxy, type Fault, type FaultProxy } from "../../badge-sim/fault-proxy.ts";
+import { FAILURE_SCREEN_MS, progressText } from "../../badge-sim/model/badge-machine.ts";
+import { FIRST_BACKOFF_MS } from "../../badge-sim/model/badge-storage.ts";
+import type { Fault } from "../../badge-sim/network/fault-proxy/faults.ts";
+import { startFaultProxy, type FaultProxy } from "../../badge-sim/network/fault-proxy/proxy.ts";
 import { selectedSlot } from "../../badge-sim/hardware/otadata.ts";
-import type { VirtualBadgeOptions } from "../../badge-sim/virtual-badge.ts";
+import type { VirtualBadgeOptions } from "../../badge-sim/virtual-badge/virtual-badge.ts";
 import { startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 import { bytesWritten, details, deviceView, newDevice, slotMd5, virtualBadge } from "./sim-harness.ts";
 
@@ -27,11 +28,13 @@ afterEach(async () => {
 });
 
 /** A new device's badge at 1.4.0 on USB power, idle after its first sync; faults as given. */
-async function readyBadge(options: Partial<VirtualBadgeOptions> & { networkFaults?: Fault[] } = {}) {
+/** `proxySaysSilent`: the badge hears from the proxy when it holds a connection silent (stalls on the simulated clock). */
+async function readyBadge(options: Partial<VirtualBadgeOptions> & { networkFaults?: Fault[]; proxySaysSilent?: boolean } = {}) {
   const device = await newDevice(h);
-  const { networkFaults, ...badgeOptions } = options;
+  const { networkFaults, proxySaysSilent, ...badgeOptions } = options;
   if (networkFaults) proxy = await startFaultProxy({ target: h.url, faults: networkFaults });
-  const badge = virtualBadge(h, device.token, { ...badgeOptions, serverUrl: proxy?.url ?? h.url });
+  const network = proxySaysSilent ? { ...badgeOptions.network, silentPeers: proxy! } : badgeOptions.network;
+  const badge = virtualBadge(h, device.token, { ...badgeOptions, network, serverUrl: proxy?.url ?? h.url });
   await badge.runUntilState("awake.idle");
   return { device, badge, runningMd5: slotMd5(badge, "ota_0") };
 }
@@ -118,10 +121,28 @@ describe("a network fault during the download", () => {
   });
 
   it("stall: the badge gives up after its stall timeout, charged to simulated time too", async () => {
-    const { badge } = await readyBadge({ network: { stallTimeoutMs: 200 }, networkFaults: [{ kind: "stall", atByte: 65536 }] });
+    // found on the wall clock (the proxy does not say it holds the connection): long enough that a
+    // busy machine's check and sync answers, which the same timeout guards, come well within it
+    const { badge } = await readyBadge({ network: { stallTimeoutMs: 2000 }, networkFaults: [{ kind: "stall", atByte: 65536 }] });
     badge.checkForUpdate();
     await badge.runUntilState("updateFailed");
-    expect(badge.screen()).toContain("download stalled at 25% (64 of 256 KiB): no data for 200 ms");
+    expect(badge.screen()).toContain("download stalled at 25% (64 of 256 KiB): no data for 2000 ms");
+    await badge.runUntil((b) => b.observations("report.cleared").length === 1);
+    expect(badge.runningVersion()).toBe("1.4.0");
+  });
+
+  it("stall held by the fault proxy in this process: the stall timeout runs on the simulated clock, an hour of silence in no time", async () => {
+    const hour = 3_600_000;
+    const { badge } = await readyBadge({ network: { stallTimeoutMs: hour }, networkFaults: [{ kind: "stall", atByte: 65536 }], proxySaysSilent: true });
+    badge.checkForUpdate();
+    // without the proxy's word this waits an hour of wall time, and the test times out
+    await badge.runUntilState("updateFailed");
+    expect(badge.screen()).toContain("download stalled at 25% (64 of 256 KiB): no data for 3600000 ms");
+    // the hour passed on the badge's clock, counted from the last byte it got
+    const lastByte = badge.observations("download").at(-1)!;
+    expect(lastByte.detail).toBe("65536 of 262144");
+    expect(badge.clock.now() - lastByte.t).toBeGreaterThanOrEqual(hour);
+    expect(badge.clock.now() - lastByte.t).toBeLessThan(hour + 1000);
     await badge.runUntil((b) => b.observations("report.cleared").length === 1);
     expect(badge.runningVersion()).toBe("1.4.0");
   });
@@ -161,7 +182,10 @@ describe("unplugging during the download", () => {
     await badge.runUntil((b) => b.observations("screen").some((o) => o.detail.includes("Downloading 25%")));
     badge.unplug();
     await badge.runUntilState("awake.idle");
-    expect(details(badge, "report.stored")[0]).toMatch(/^err\|1\.5\.0\|external power removed during download at \d+% \(\d+ of 256 KiB\)$/);
+    // the report says where the download was: the bytes written at the last whole percent before the unplug
+    const written = Number(details(badge, "download").at(-1)!.split(" of ")[0]);
+    expect(written).toBeGreaterThanOrEqual(256 * 1024 * 0.25);
+    expect(details(badge, "report.stored")[0]).toBe(`err|1.5.0|external power removed during download at ${progressText(written, 256 * 1024)}`);
     expect(badge.pendingReport()).toBe(details(badge, "report.stored")[0]);
     expect(badge.runningVersion()).toBe("1.4.0");
   });

@@ -4,7 +4,7 @@
 import { performance } from "node:perf_hooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { revokeDevice } from "../../server/services/devices.ts";
-import { SLEEP_AFTER_MS } from "../../badge-sim/badge-machine.ts";
+import { SLEEP_AFTER_MS } from "../../badge-sim/model/badge-machine.ts";
 import { startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 import { bytesWritten, details, deviceView, fetchesOf, newDevice, slotMd5, virtualBadge } from "./sim-harness.ts";
 

@@ -4,7 +4,9 @@ import { createHash } from "node:crypto";
 import http from "node:http";
 import net from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { startFaultProxy, type Fault, type FaultProxy, type FaultProxyOptions, type ProxyEvent } from "../../badge-sim/fault-proxy.ts";
+import type { Fault } from "../../badge-sim/network/fault-proxy/faults.ts";
+import { startFaultProxy, type FaultProxy, type FaultProxyOptions } from "../../badge-sim/network/fault-proxy/proxy.ts";
+import type { ProxyEvent } from "../../badge-sim/network/fault-proxy/proxy-log.ts";
 import { parseResponse } from "../../firmware/index.ts";
 import { lines, startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 
@@ -45,12 +47,12 @@ interface RawDownload {
 }
 
 /** GET over HTTP/1.0 on a raw socket, as the badge does; reads until close or `timeoutMs` of silence. */
-function http10(base: string, path: string, timeoutMs = 2000): Promise<RawDownload> {
+function http10(base: string, path: string, timeoutMs = 2000, extraHeaders = ""): Promise<RawDownload> {
   const { hostname, port } = new URL(base);
   const started = performance.now();
   return new Promise((resolve) => {
     const socket = net.connect(Number(port), hostname, () => {
-      socket.write(`GET ${path} HTTP/1.0\r\nHost: badge\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+      socket.write(`GET ${path} HTTP/1.0\r\nHost: badge\r\nAuthorization: Bearer ${token}\r\n${extraHeaders}\r\n`);
     });
     const chunks: Buffer[] = [];
     let ended: RawDownload["ended"] = "closed";
@@ -171,6 +173,29 @@ describe("drop", () => {
     expect(download.statusLine).toMatch(/ 200 /);
     expect(download.headers.get("content-length")).toBe(String(IMAGE_BYTES));
     expect(download.body.length).toBe(0);
+  });
+});
+
+describe("faults counted in the image's bytes (of: image)", () => {
+  const resumeAt = 65_536;
+  const resumed = (p: FaultProxy) => http10(p.url, offer.path, 2000, `Range: bytes=${resumeAt}-\r\n`);
+
+  it("drops a resumed download at that byte of the image, where a body-counted drop lands later", async () => {
+    const byImage = await resumed(await proxy([{ kind: "drop", atByte: 150_000, of: "image" }]));
+    expect(byImage.statusLine).toMatch(/ 206 /);
+    expect(byImage.headers.get("content-range")).toBe(`bytes ${resumeAt}-${IMAGE_BYTES - 1}/${IMAGE_BYTES}`);
+    expect(Buffer.compare(byImage.body, image.subarray(resumeAt, 150_000))).toBe(0);
+    const byBody = await resumed(await proxy([{ kind: "drop", atByte: 150_000 }]));
+    expect(Buffer.compare(byBody.body, image.subarray(resumeAt, resumeAt + 150_000))).toBe(0);
+  });
+
+  it("passes over a fault at a byte before the body starts, saying so, and counts a whole image from 0", async () => {
+    const p = await proxy([{ kind: "corrupt", atByte: 10, of: "image" }]);
+    const download = await resumed(p);
+    expect(Buffer.compare(download.body, image.subarray(resumeAt))).toBe(0);
+    expect(faultEvents(p)).toMatchObject([{ kind: "corrupt", atByte: 10, action: "not reached", detail: `the body starts at image byte ${resumeAt}` }]);
+    const whole = await http10((await proxy([{ kind: "corrupt", atByte: 10, of: "image" }])).url, offer.path);
+    expect(differingOffsets(whole.body, image)).toEqual([10]);
   });
 });
 
@@ -329,7 +354,7 @@ describe("which requests a fault applies to", () => {
     const get = `GET ${offer.path} HTTP/1.1\r\nHost: badge\r\nAuthorization: Bearer ${token}\r\n\r\n`;
     const responses = await pipelined(p.url, [post("/api/badge/ota/check"), get, post("/api/badge/ota/check"), post("/api/badge/sync")], 4);
     expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 502]);
-    expect(responses[0]!.body.toString()).toMatch(/^V1\nS 3600\nU 2\.0\.0\n/);
+    expect(responses[0]!.body.toString()).toMatch(/^V1\nS \d+\nU 2\.0\.0\n/);
     expect(differingOffsets(responses[1]!.body, image)).toEqual([3]);
     expect(responses[2]!.body.toString()).toBe(responses[0]!.body.toString());
     expect(responses[3]!.body.toString()).toBe(INJECTED_ANSWER);

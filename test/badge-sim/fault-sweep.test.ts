@@ -16,9 +16,9 @@ import {
   type SweepFault,
   type SweepRelease,
   type SweepResult,
-} from "../../badge-sim/fault-sweep.ts";
+} from "../../badge-sim/runners/fault-sweep.ts";
 import { md5Hex } from "../../firmware/index.ts";
-import { sweepCase } from "../../scripts/sweep-cases.ts";
+import { sweepCase } from "../../badge-sim/runners/sweep-cases.ts";
 import { startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 import { newDevice } from "./sim-harness.ts";
 
@@ -126,4 +126,8 @@ it("the checker fails on outcomes that break the invariants", async () => {
   expect(judge({ reportsCleared: [] })).toEqual(expect.arrayContaining([expect.stringMatching(/^report lost: "err\|1\.5\.0\|download cut at 30%/)]));
   // an image whose MD5 matched nothing
   expect(judge({ runningImage: "other" })).toEqual([expect.stringMatching(/^running image: ota_0 holds neither the factory image nor the offered one/)]);
+  // a boot of the release from bytes that are not the release's (issue 23)
+  expect(judge({ releaseBoots: [{ t: 1, slot: "ota_1", md5: "00".repeat(16) }] })).toEqual([
+    expect.stringMatching(/^booted a corrupt release: ota_1 booted as 1\.5\.0 at 1 ms, but its bytes give 0{32}, not [0-9a-f]{32}$/),
+  ]);
 });

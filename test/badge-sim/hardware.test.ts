@@ -9,7 +9,7 @@ import { Flash, PartitionConflictError } from "../../badge-sim/hardware/flash.ts
 import { Nvs } from "../../badge-sim/hardware/nvs.ts";
 import { nextEntry, OTADATA_ENTRY_BYTES, selectedSlot, validSeq } from "../../badge-sim/hardware/otadata.ts";
 import { Radio, RadioOffError } from "../../badge-sim/hardware/radio.ts";
-import { VirtualClock } from "../../badge-sim/virtual-clock.ts";
+import { VirtualClock } from "../../badge-sim/hardware/virtual-clock.ts";
 
 function hardware(battery = new Battery({ volts: 4.0, charging: true })) {
   const clock = new VirtualClock();

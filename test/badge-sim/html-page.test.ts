@@ -2,7 +2,7 @@
 // interpolates, and the JSON the charts read cannot end the <script> it sits in.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { html, scriptJson } from "../../badge-sim/html-page.ts";
+import { html, scriptJson } from "../../badge-sim/reports/html-page.ts";
 
 describe("html`...`", () => {
   it("escapes every interpolated string, so the only tags are the template's own", () => {

@@ -3,8 +3,8 @@
 // paths out must show in it.
 import { getStateNodes } from "@xstate/graph";
 import { describe, expect, it } from "vitest";
-import { badgeMachine } from "../../badge-sim/badge-machine.ts";
-import { formatCoverage, generatePaths, listTransitions, runPaths } from "../../badge-sim/model-coverage.ts";
+import { badgeMachine } from "../../badge-sim/model/badge-machine.ts";
+import { formatCoverage, generatePaths, listTransitions, runPaths } from "../../badge-sim/model/model-coverage.ts";
 import { run } from "../server/cli-process.ts";
 
 const UPDATE_FAILED_TIMER = "updateFailed --after 3000 ms--> restarting";
@@ -62,11 +62,12 @@ describe("the generated paths", () => {
 });
 
 describe("badgebench sim coverage", () => {
-  it("prints the figure and exits 0 at 100 %; --json gives one object", { timeout: 30_000 }, async () => {
-    const text = await run(["sim", "coverage"]);
+  // each run walks every path (about 3 s of CPU): room for a machine that gives it a fraction of a core
+  it("prints the figure and exits 0 at 100 %; --json gives one object", { timeout: 150_000 }, async () => {
+    const text = await run(["sim", "coverage"], { timeoutMs: 60_000 });
     expect(text.code, text.stderr).toBe(0);
     expect(text.stdout).toMatch(/^model coverage: (\d+) of \1 transitions \(100\.0 %\) over \d+ paths\n$/);
-    const json = await run(["sim", "coverage", "--json"]);
+    const json = await run(["sim", "coverage", "--json"], { timeoutMs: 60_000 });
     expect(JSON.parse(json.stdout)).toMatchObject({ share: 1, missed: [], failures: [] });
   });
 });

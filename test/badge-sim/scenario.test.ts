@@ -4,8 +4,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { loadScenario, reportMatches, ScenarioError } from "../../badge-sim/scenario.ts";
+import { loadScenario, reportMatches, ScenarioError } from "../../badge-sim/runners/scenario.ts";
 import { ROOT } from "../server/cli-process.ts";
+import { remoteMismatch } from "../../scripts/cli/sim-run.ts";
 
 const SHIPPED = path.join(ROOT, "fixtures/scenarios");
 const shipped = fs.readdirSync(SHIPPED).filter((f) => f.endsWith(".json"));
@@ -22,6 +23,15 @@ describe("the shipped scenarios", () => {
       expect(names).toMatch(needed);
     }
     expect(names.match(/connection dropped/g)?.length).toBeGreaterThanOrEqual(3);
+    // signed releases (issue 24)
+    for (const needed of [/tampered image, MD5 recomputed/, /key the badge does not hold/, /signature line that is not base64/, /key rotation/]) expect(names).toMatch(needed);
+  });
+
+  it("that sign their release are skipped on a --server run, which cannot be told to sign with the fixture keys", () => {
+    const signed = loadScenario(path.join(SHIPPED, "signature-key-rotation.json"));
+    expect(remoteMismatch({ fleet: "1.5.0", versions: ["1.4.0", "1.5.0"], fleetSize: 262144 }, signed)).toBe("cannot be told to sign its release with a key of fixtures/signing-keys");
+    const unsigned = loadScenario(path.join(SHIPPED, "happy-path.json"));
+    expect(remoteMismatch({ fleet: "1.5.0", versions: ["1.4.0", "1.5.0"], fleetSize: 262144 }, unsigned)).toBeNull();
   });
 });
 
@@ -43,6 +53,9 @@ describe("a bad scenario file", () => {
     ["an image larger than the slot", (s: any) => (s.server.release.size = 0x1e0001), /server\.release\.size/],
     ["nothing to observe", (s: any) => (s.expect = {}), /expect: expected at least one observation/],
     ["a report that is not ok| or err|", (s: any) => (s.expect.report = "fine"), /expect\.report: expected ok\|<version>/],
+    ["a trusted key that is not a fixture key", (s: any) => (s.badge.trustedKeys = ["mine"]), /badge\.trustedKeys\[0\]: expected a key of fixtures\/signing-keys: old, new/],
+    ["three trusted keys", (s: any) => (s.badge.trustedKeys = ["old", "new", "old"]), /badge\.trustedKeys/],
+    ["a release signed with an unknown key", (s: any) => (s.server.release.signedWith = "stolen"), /server\.release\.signedWith/],
   ])("%s names the field", (_name, spoil, message) => {
     const scenario = good();
     spoil(scenario);
@@ -52,8 +65,9 @@ describe("a bad scenario file", () => {
     expect(() => loadScenario(file)).toThrow(/bad\.json: not a valid scenario/);
   });
 
-  it("that is not JSON, or missing, says so", () => {
-    expect(() => loadScenario(write("{nope"))).toThrow(/bad\.json: not JSON/);
+  it("that is not JSON, or missing, says so; a JSON mistake with its line and column", () => {
+    expect(() => loadScenario(write("{nope"))).toThrow(/bad\.json:1:2: not JSON/);
+    expect(() => loadScenario(write('{\n  "name": "x",\n  "steps": [1,]\n}'))).toThrow(/bad\.json:3:15: not JSON: Unexpected token ']'$/);
     expect(() => loadScenario("/nonexistent/x.json")).toThrow(/x\.json: cannot read: ENOENT/);
   });
 });

@@ -4,7 +4,7 @@
 import { afterEach } from "vitest";
 import { md5Hex } from "../../firmware/index.ts";
 import { createDevice } from "../../server/services/devices.ts";
-import { createVirtualBadge, type VirtualBadge, type VirtualBadgeOptions } from "../../badge-sim/virtual-badge.ts";
+import { createVirtualBadge, type VirtualBadge, type VirtualBadgeOptions } from "../../badge-sim/virtual-badge/virtual-badge.ts";
 import type { FlashRegion } from "../../badge-sim/hardware/flash.ts";
 import type { SlotName } from "../../badge-sim/hardware/otadata.ts";
 import type { BadgeHarness } from "../server/badge-harness.ts";

@@ -9,7 +9,7 @@ import { Battery, PowerLostError } from "../../badge-sim/hardware/battery.ts";
 import { loadBootImage } from "../../badge-sim/hardware/bootloader.ts";
 import { Flash, SECTOR_BYTES } from "../../badge-sim/hardware/flash.ts";
 import { PAGES_PER_SLOT } from "../../badge-sim/hardware/slot-pages.ts";
-import { VirtualClock } from "../../badge-sim/virtual-clock.ts";
+import { VirtualClock } from "../../badge-sim/hardware/virtual-clock.ts";
 
 const md5 = (bytes: Uint8Array) => createHash("md5").update(bytes).digest("hex");
 

@@ -39,7 +39,7 @@ describe("the fleet's picture", () => {
     const { page, errors } = await open(html);
     expect(errors).toEqual([]);
     expect(await page.title()).toBe("PASS: badgebench fleet");
-    expect(await page.locator("#overall").textContent()).toContain(`40 badges (8 asked for the update): 0 crashed, ${summary.maxConcurrentDownloads} downloads at once`);
+    expect(await page.locator("#overall").textContent()).toContain(`40 badges (8 asked for the update): 0 crashed, ${summary.maxConcurrentDownloads} download${summary.maxConcurrentDownloads === 1 ? "" : "s"} at once`);
     const outcomes = await page.locator("table.outcomes tbody tr").evaluateAll((rows) => rows.map((row) => [...row.querySelectorAll("td")].slice(0, 3).map((td) => td.textContent)));
     expect(outcomes).toEqual(summary.outcomes.map((o: { outcome: string; reason: string | null; count: number }) => [o.outcome, o.reason ?? "", String(o.count)]));
     expect(await page.locator("#fleet-chart").getAttribute("data-drawn")).toBe("true");
@@ -55,7 +55,7 @@ describe("the fleet's picture", () => {
 describe("the sweep's picture", () => {
   it("shows each case's time by fault, the outcomes per fault and the violations", async () => {
     const html = path.join(dir, "sweep.html");
-    const result = await run(["--import", "tsx", "scripts/bench-sim-sweep.ts", "--cases", "16", "--json", "--html", html], { program: [], timeoutMs: 80_000 });
+    const result = await run(["--import", "tsx", "scripts/bench/bench-sim-sweep.ts", "--cases", "16", "--json", "--html", html], { program: [], timeoutMs: 80_000 });
     const report = JSON.parse(result.stdout);
     const { page, errors } = await open(html);
     expect(errors).toEqual([]);

@@ -6,6 +6,7 @@ import net from "node:net";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createApiKey, revokeApiKey } from "../../server/services/api-keys.ts";
+import { createDevice, revokeDevice } from "../../server/services/devices.ts";
 import { startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 import { canaryReportsOk, HTML_NAME, seedFleet, type SeededFleet } from "../server/seeded-fleet.ts";
 import { launchBrowser, README_SCREENSHOT_MAX_BYTES, screenshot, type Browser } from "./browser.ts";
@@ -86,7 +87,7 @@ describe("the fleet", () => {
       expect(await state.locator("svg.icon use").getAttribute("href")).toMatch(/^#icon-/);
     }
     const counts = await page.locator("#state-counts button").allTextContents();
-    expect(counts).toEqual(["Failed1", "No report1", "Updating1", "Outdated2", "Unreleased1", "Unknown4", "Current1"]);
+    expect(counts).toEqual(["Failed1", "No report1", "Updating1", "Outdated2", "Unreleased1", "Unknown4", "Current1", "Revoked0"]);
 
     const failedRow = page.locator("#devices-table tbody tr", { hasText: "Music room" });
     expect(await failedRow.textContent()).toContain("download cut at 51% (33 of 64 KiB)");
@@ -275,6 +276,38 @@ describe("on a phone", () => {
     await screenshot(page, "fleet-page-phone", { fullPage: true });
     await page.close();
   });
+});
+
+describe("a revoked badge", () => {
+  it("shows as Revoked, counted as revoked and last, whatever it ran before", async () => {
+    const own = await startBadgeHarness();
+    try {
+      const db = own.server.store.db;
+      // Two badges that never checked in (Unknown), one of them then revoked; and one that
+      // reported a version (Unreleased), revoked: "Revoked" wins over what the badge last ran.
+      await createDevice(db, { mode: "test", room: "R1", model: "badge-v1", name: "Spare" });
+      const lost = await createDevice(db, { mode: "test", room: "R1", model: "badge-v1", name: "Lost in the bus" });
+      await revokeDevice(db, lost.id);
+      const stolen = await createDevice(db, { mode: "test", room: "R2", model: "badge-v1", name: "Stolen" });
+      expect((await own.sync(stolen.token, "v=1\nsv=1.0.0\nbat=3.9\n")).status).toBe(200);
+      await revokeDevice(db, stolen.id);
+      const key = (await createApiKey(db, { mode: "test", scopes: ["devices:read"] })).secret;
+      const page = await openFleet(key, { url: own.url });
+      const stateOf = (name: string) => page.locator("#devices-table tbody tr", { hasText: name }).locator(".state").textContent();
+      expect(await stateOf("Lost in the bus")).toBe("Revoked");
+      expect(await stateOf("Stolen")).toBe("Revoked");
+      expect(await stateOf("Spare")).toBe("Unknown");
+      const counts = await page.locator("#state-counts button").allTextContents();
+      expect(counts).toContain("Revoked2");
+      expect((await page.locator("#devices-table tbody tr .state").allTextContents()).slice(-2)).toEqual(["Revoked", "Revoked"]);
+      expect(await page.locator("#devices-table tbody tr .state-revoked svg.icon use").first().getAttribute("href")).toBe("#icon-revoked");
+      await page.locator("#state-counts button[data-state='revoked']").click();
+      await expect.poll(async () => (await rowNames(page)).sort()).toEqual(["Lost in the bus", "Stolen"]);
+      await page.close();
+    } finally {
+      await own.close();
+    }
+  }, 60_000);
 });
 
 describe("10,000 badges", () => {

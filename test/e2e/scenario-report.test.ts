@@ -56,7 +56,7 @@ describe("the scenario report", () => {
     expect(fs.readdirSync(path.dirname(report))).toEqual(["report.html"]);
     expect(networkRequests).toEqual([]);
     expect(await page.title()).toBe("FAIL: badgebench scenarios");
-    expect(await page.locator("#overall").textContent()).toContain("FAIL 4 scenarios: 2 passed, 1 failed, 1 errors, 0 skipped");
+    expect(await page.locator("#overall").textContent()).toContain("FAIL 4 scenarios: 2 passed, 1 failed, 1 error, 0 skipped");
   });
 
   it("lists expected against observed for each failed check in the summary", async () => {

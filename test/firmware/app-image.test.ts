@@ -97,13 +97,6 @@ describe("buildAppImage then inspectAppImage", () => {
     expect(inspectAppImage(image).problems).toEqual([]);
   });
 
-  it("builds 1.9 MiB in under 100 ms", () => {
-    buildAppImage({ version: "0.0.1", size: 4096 }); // warm up the JIT
-    const started = performance.now();
-    buildAppImage({ version: "1.9.0", size: 1992288, wifiPassword: "lab-password-1" });
-    expect(performance.now() - started).toBeLessThan(100);
-  });
-
   it("gives the same bytes for the same options, and other filler for another seed", () => {
     const a = buildAppImage({ version: "1.4.0", size: 4096 });
     expect(md5Hex(buildAppImage({ version: "1.4.0", size: 4096 }))).toBe(md5Hex(a));

@@ -61,8 +61,19 @@ describe("console events", () => {
     "\uFFFD\uFFFD\u0000x",
     "@bbq state path=x",
     " @bb state path=awake.idle",
+    // a power cut in the middle of an event line: the boot ROM's banner follows on the same line
+    '@bb screen text="Updating to 1.5.0\\nDownloading 19% (49 of 256 KiB)"ets Jul 29 2019 12:21:46\r',
+    '@bb screen text="Updating to 1.5.0\\nDownloadets Jun  8 2016 00:22:57',
+    "@bb progress bytes=50ESP-ROM:esp32s3-20210327",
   ])("takes %j as noise", (line) => {
     expect(parseConsoleLine(line)).toBeNull();
+  });
+
+  it("reads an event whose quoted text mentions a boot ROM banner: only a banner ending the line is a reset", () => {
+    expect(parseConsoleLine('@bb screen text="ESP-ROM:esp32s3 seen; ets Jul 29 2019 12:21:46"')).toEqual({
+      ok: true,
+      event: { kind: "screen", text: "ESP-ROM:esp32s3 seen; ets Jul 29 2019 12:21:46" },
+    });
   });
 
   it("takes a status without a pending report as report: null, and one with a report", () => {

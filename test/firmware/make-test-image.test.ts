@@ -1,4 +1,4 @@
-// Runs scripts/make-test-image.ts as a user would (node --import tsx) into a temporary directory,
+// Runs scripts/cli/make-test-image.ts as a user would (node --import tsx) into a temporary directory,
 // and checks the size parser it exports.
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -7,10 +7,10 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { containsBytes, CRASH_ON_BOOT_MARKER, inspectAppImage, md5Hex, sha256Hex } from "../../firmware/index.ts";
-import { parseSize } from "../../scripts/make-test-image.ts";
+import { parseSize } from "../../scripts/cli/make-test-image.ts";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const SCRIPT = path.join(ROOT, "scripts/make-test-image.ts");
+const SCRIPT = path.join(ROOT, "scripts/cli/make-test-image.ts");
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-test-image-"));
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 

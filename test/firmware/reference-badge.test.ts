@@ -8,7 +8,7 @@ import { closeSync, constants, mkdtempSync, openSync, readFileSync, rmSync, writ
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildAppImage, md5Hex, parseConsoleLine, type ConsoleEvent } from "../../firmware/index.ts";
 import { ModelOracle } from "../../hil/model-oracle.ts";
 import { openPtyPair } from "../../hil/pty-pair.ts";
@@ -32,7 +32,7 @@ describe("the reference badge's C core under sanitizers", () => {
     const run = spawnSync(binary, [console, "200000", seed], { encoding: "utf8", env: { ...process.env, ASAN_OPTIONS: "detect_leaks=1:abort_on_error=0" } });
     const output = `${run.stdout}${run.stderr}`;
     expect(run.status, `seed ${seed}:\n${output}`).toBe(0);
-    expect(output).toMatch(/^fuzz: 200000 rounds, [1-9]\d* parsed as offers$/m);
+    expect(output).toMatch(/^fuzz: 200000 rounds, [1-9]\d* parsed as offers, [1-9]\d* of them signed$/m);
     expect(output).toMatch(/^\d+ checks, 0 failed$/m);
     expect(output).not.toMatch(/Sanitizer|runtime error/);
 
@@ -104,6 +104,20 @@ describe("the host badge under sanitizers against a server that answers badly", 
       ["a U not newer than what runs", offer(`U 1.4.0\nZ 65536\nM ${OFFER_MD5}\nP /d`), /Ignored offer: 1.4.0 is not newer than 1.4.0/],
       ["an S of 10^20", http("V1\nS 100000000000000000000\nN 1.5.0\n.\n"), /Up to date \(latest release 1.5.0\)/],
       ["bytes that are not HTTP", Buffer.from([0xff, 0xfe, 0x00, 0x41, 0x0d, 0x0a, 0x0d, 0x0a]), /Update check failed: not an HTTP response/],
+      // the headers a resume reads (issue 23), garbled on any answer: a date for Retry-After, a
+      // Content-Range too long to keep, and one with a NUL that hides the rest of the head from strstr
+      [
+        "a Retry-After date and garbled Content-Range headers",
+        http("V1\nS 900\nN 1.5.0\n.\n", `HTTP/1.0 200 OK\r\nRetry-After: Fri, 07 Nov 2025 10:00:00 GMT\r\nContent-Range: bytes ${"9".repeat(200)}\r\nContent-Range: bytes 1-2/3\u0000 junk`),
+        /Up to date \(latest release 1\.5\.0\)/,
+      ],
+      // a NUL in a header before Content-Length must not hide the lines after it: read as a string,
+      // the head ended there, and the body was read to the close, past its end into the junk
+      [
+        "a NUL in a header before Content-Length, and bytes past the body",
+        Buffer.concat([http("V1\nS 900\nN 1.5.0\n.\n", "HTTP/1.0 200 OK\r\nX-Junk: a\u0000b"), Buffer.from("junk past the Content-Length\n")]),
+        /Up to date \(latest release 1\.5\.0\)/,
+      ],
       ["a head that never ends", `HTTP/1.0 200 OK\r\n${"X-Pad: y\r\n".repeat(2000)}`, /Update check failed: response head longer than 16384 bytes/],
     ];
     const server = await badServer([http("V1\nS 900\nT 1795000000\n.\n"), ...cases.map(([, answer]) => answer)]);
@@ -166,5 +180,19 @@ describe("the host badge under sanitizers against a server that answers badly", 
     }
     expect(await exited).toBe(0);
     expect(stderr).not.toMatch(/Sanitizer|runtime error/);
+  });
+});
+
+describe("the host badge's clock factor", () => {
+  // make takes seconds on a busy machine: once, before the cases, with its own time
+  let binary = "";
+  beforeAll(() => {
+    binary = buildReferenceBadge("build/reference-badge");
+  }, 120_000);
+
+  it.each(["0", "2.5", "ten", "1001", ""])("refuses --clock-factor %j with one line and exit 2, before it opens anything", (factor) => {
+    const run = spawnSync(binary, ["run", "--console", "/nonexistent/tty", "--flash", "/nonexistent/flash.bin", "--nvs", "/nonexistent/nvs.txt", "--clock-factor", factor], { encoding: "utf8" });
+    expect(run.status).toBe(2);
+    expect(run.stderr).toBe(`reference-badge: --clock-factor is a whole number from 1 to 1000, got ${factor}\n`);
   });
 });

@@ -1,14 +1,14 @@
-// One contract for every BadgeTarget (badge-sim/badge-target.ts): the same suite runs against
+// One contract for every BadgeTarget (badge-sim/runners/badge-target.ts): the same suite runs against
 // the virtual badge, and against the simulated badge served on a serial line and driven through
 // SerialConsole and SerialTarget, over @serialport/binding-mock and over a socat pty pair. A
 // scenario file runs unchanged on any target that passes it.
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { virtualTarget, type BadgeTarget, type BadgeTargetFactory } from "../../badge-sim/badge-target.ts";
-import { loadScenario, type Scenario } from "../../badge-sim/scenario.ts";
-import type { ScenarioTarget } from "../../badge-sim/scenario-runner.ts";
+import { virtualTarget, type BadgeTarget, type BadgeTargetFactory } from "../../badge-sim/runners/badge-target.ts";
+import { loadScenario, type Scenario } from "../../badge-sim/runners/scenario.ts";
+import type { ScenarioTarget } from "../../badge-sim/runners/scenario-runner.ts";
 import { simSerialTarget } from "../../hil/sim-serial-badge.ts";
-import { prepareInProcess } from "../../scripts/sim-run.ts";
+import { prepareInProcess } from "../../scripts/cli/sim-run.ts";
 
 const SCENARIOS = path.join(import.meta.dirname, "../../fixtures/scenarios");
 const scenario = (file: string): Scenario => loadScenario(path.join(SCENARIOS, file));

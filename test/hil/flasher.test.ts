@@ -10,8 +10,8 @@ import { SerialPort } from "serialport";
 import { buildAppImage, md5Hex } from "../../firmware/index.ts";
 import { APP_OFFSET, flashBadge, FlashError, FlashInputError, parseFlashArgs, type FlashImage, type FlashProgress } from "../../hil/flasher.ts";
 import { WebSerialAdapter, type BindingInterface } from "../../hil/web-serial-adapter.ts";
-import { runHilFlash, type HilFlashOptions } from "../../scripts/hil-flash.ts";
-import { attachToPty, FakeEsp32Rom, fakeChipBinding, OP, type FakeEsp32RomOptions } from "./fake-esp32-rom.ts";
+import { runHilFlash, type HilFlashOptions } from "../../scripts/cli/hil-flash.ts";
+import { attachToPty, FakeEsp32Rom, fakeChipBinding, OP, type FakeEsp32RomOptions } from "../../scripts/harness/fake-esp32-rom.ts";
 import { openPtyPair, type PtyPair } from "../../hil/pty-pair.ts";
 
 const BOOTLOADER_OFFSET = 0x1000;

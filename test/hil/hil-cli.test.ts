@@ -1,16 +1,17 @@
 // `badgebench hil ports | monitor | flash` as a user runs them: the real CLI in a child process,
 // against a socat pty pair whose other end the test plays the badge on.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { SerialPort } from "serialport";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { checkTranscript, linesOf } from "../../hil/model-oracle.ts";
 import { Transcript } from "../../hil/transcript.ts";
 import { baseEnv, ROOT, run, tempDirs } from "../server/cli-process.ts";
 import { openPtyPair } from "../../hil/pty-pair.ts";
+import { listFromSysfs } from "../../hil/port-list.ts";
 
-const SCRIPT = join(ROOT, "scripts/badgebench.js");
+const SCRIPT = join(ROOT, "scripts/cli/badgebench.js");
 const scratch = tempDirs("hil-cli");
 const cleanups: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -22,19 +23,34 @@ const noStack = (text: string) => expect(text).not.toMatch(/\n\s+at /);
 vi.setConfig({ testTimeout: 60_000 });
 
 describe("hil ports", () => {
-  it("lists the ports, or says in one line that it cannot and to pass --port PATH", async () => {
-    const text = await run(["hil", "ports"]);
-    const json = await run(["hil", "ports", "--json"]);
-    if (text.code === 0) {
-      expect(text.stdout).not.toBe("");
-      expect(JSON.parse(json.stdout)).toMatchObject({ object: "list", data: expect.any(Array) });
-      return;
-    }
-    // this container has no udevadm, which node-serialport lists ports with on Linux
-    expect(text.code).toBe(1);
-    expect(text.stderr).toMatch(/^badgebench: could not list serial ports: udevadm is not installed .*--port \/dev\/ttyUSB0\n$/);
-    expect(json.code).toBe(1);
-    expect(JSON.parse(json.stdout)).toEqual({ error: { code: "port_list_failed", message: expect.stringMatching(/udevadm.*--port/) } });
+  it("lists the ports from /dev and sysfs when udevadm is not there, exit 0", async () => {
+    // PATH with node alone: no udevadm, which node-serialport lists ports with on Linux
+    const env = baseEnv({ PATH: dirname(process.execPath) });
+    const expected = listFromSysfs();
+    const text = await run(["hil", "ports"], { env });
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toEqual(expected.length === 0 ? "no serial ports\n" : expect.stringContaining(`${expected[0]!.path}  `));
+    const json = await run(["hil", "ports", "--json"], { env });
+    expect(json.code).toBe(0);
+    expect(JSON.parse(json.stdout)).toEqual({ object: "list", data: expected.map((port) => expect.objectContaining({ path: port.path })) });
+  });
+
+  it("reads a USB port's ids, serial number and maker from sysfs, and leaves out ttys without a port", () => {
+    const root = scratch("sysfs");
+    const [sys, dev] = [join(root, "sys"), join(root, "dev")];
+    const usbDevice = join(sys, "devices/pci0000:00/usb1/1-2");
+    mkdirSync(join(usbDevice, "1-2:1.0/tty/ttyACM0"), { recursive: true });
+    for (const [file, value] of Object.entries({ idVendor: "303a", idProduct: "1001", serial: "A1B2C3", manufacturer: "Espressif" })) writeFileSync(join(usbDevice, file), `${value}\n`);
+    mkdirSync(join(sys, "devices/platform/serial8250/tty/ttyS0"), { recursive: true });
+    mkdirSync(join(sys, "bus/serial-base/drivers/serial8250"), { recursive: true });
+    symlinkSync(join(sys, "bus/serial-base/drivers/serial8250"), join(sys, "devices/platform/serial8250/driver"));
+    mkdirSync(join(sys, "class/tty/tty0"), { recursive: true });
+    for (const name of ["ttyACM0", "ttyS0"]) mkdirSync(join(sys, "class/tty", name), { recursive: true });
+    symlinkSync(join(usbDevice, "1-2:1.0"), join(sys, "class/tty/ttyACM0/device"));
+    symlinkSync(join(sys, "devices/platform/serial8250"), join(sys, "class/tty/ttyS0/device"));
+    mkdirSync(dev);
+    for (const name of ["ttyACM0", "ttyS0", "tty0"]) writeFileSync(join(dev, name), "");
+    expect(listFromSysfs({ sys, dev })).toEqual([{ path: join(dev, "ttyACM0"), vendorId: "303a", productId: "1001", serialNumber: "A1B2C3", manufacturer: "Espressif" }]);
   });
 });
 
@@ -100,8 +116,8 @@ describe("hil monitor over a socat pty pair", () => {
     const monitor = await startMonitor(["--port", badge.hostPath, "--transcript", transcript, "--until", "state path=awake\\.idle", "--timeout", "15000"]);
     await badge.print(SESSION);
     expect(await monitor.exited).toBe(0);
-    // not a terminal: the lines as received, line ends removed
-    expect(monitor.stdout()).toContain("rst:0x1 (POWERON_RESET),boot:0x13 (SPI_FAST_FLASH_BOOT)\n\x1b[0;32mI (29) boot: ESP-IDF v5.1.2 2nd stage bootloader\x1b[0m\n");
+    // not a terminal: the lines as received, line ends and colour codes removed (the transcript keeps them)
+    expect(monitor.stdout()).toContain("rst:0x1 (POWERON_RESET),boot:0x13 (SPI_FAST_FLASH_BOOT)\nI (29) boot: ESP-IDF v5.1.2 2nd stage bootloader\n");
     expect(monitor.stdout()).toContain("@bb boot slot=ota_0 version=1.4.0 cause=power-on\n@bb state path=booting\n");
     expect(monitor.stdout().trimEnd().split("\n").at(-1)).toBe("@bb state path=awake.idle");
     expect(monitor.stderr()).toContain(`transcript saved to ${transcript}`);
@@ -109,6 +125,27 @@ describe("hil monitor over a socat pty pair", () => {
     expect(saved.entries[0]).toMatchObject({ kind: "note", text: `opened ${badge.hostPath} at 115200 baud` });
     expect(linesOf(saved).map((line) => line.text)).toContain("@bb state path=awake.idle");
     expect(checkTranscript(saved)).toMatchObject({ deviation: null, events: 6 });
+  });
+
+  it("writes a log without colour codes, a 1 MiB download's progress in a few lines (stdout not a terminal, as under | tee)", async () => {
+    const badge = await ptyBadge();
+    const transcript = join(scratch("transcripts"), "download.txt");
+    const monitor = await startMonitor(["--port", badge.hostPath, "--transcript", transcript, "--until", "^@bb md5", "--timeout", "15000"]);
+    const total = 1024 * 1024;
+    const screens = Array.from({ length: 101 }, (_, percent) => `@bb screen text="Updating to 1.5.0\\nDownloading ${percent}%"\r\n`);
+    const progress = Array.from({ length: 16 }, (_, i) => `@bb progress bytes=${(i + 1) * 65536} total=${total}\r\n`);
+    // as the badge prints them: screens and progress interleaved, log lines in colour between
+    const download = screens.map((line, i) => line + (i % 6 === 5 ? progress[(i - 5) / 6] ?? "" : "") + (i % 10 === 0 ? `\x1b[0;32mI (${i}) http: body ${i}\x1b[0m\r\n` : "")).join("");
+    await badge.print(`${SESSION}@bb state path=online.checking\r\n@bb state path=online.downloading\r\n${download}${progress.slice(-1)[0]}@bb md5 result=ok got=${"a".repeat(32)} want=${"a".repeat(32)}\r\n`);
+    expect(await monitor.exited).toBe(0);
+    const out = monitor.stdout();
+    expect(out).not.toContain("\x1b");
+    expect(out).toContain("I (10) http: body 10\n");
+    const shown = (pattern: RegExp) => out.split("\n").filter((line) => pattern.test(line));
+    expect(shown(/^@bb screen .*Downloading/).map((line) => /(\d+)%/.exec(line)![1])).toEqual(["0", "25", "50", "75", "100"]);
+    expect(shown(/^@bb progress/)).toEqual([`@bb progress bytes=65536 total=${total}`, `@bb progress bytes=262144 total=${total}`, `@bb progress bytes=524288 total=${total}`, `@bb progress bytes=786432 total=${total}`, `@bb progress bytes=${total} total=${total}`]);
+    // the transcript keeps every line
+    expect(linesOf(Transcript.parse(readFileSync(transcript, "utf8"))).filter((line) => line.text.includes("Downloading"))).toHaveLength(101);
   });
 
   it("sends typed lines as console commands and refuses what the console would", async () => {

@@ -3,8 +3,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { createMachine, type AnyStateNode } from "xstate";
-import { badgeMachine } from "../../badge-sim/badge-machine.ts";
-import { listTransitions } from "../../badge-sim/model-coverage.ts";
+import { badgeMachine } from "../../badge-sim/model/badge-machine.ts";
+import { listTransitions } from "../../badge-sim/model/model-coverage.ts";
 import type { ConsoleEvent } from "../../firmware/index.ts";
 import { checkTranscript, ModelOracle, type Deviation } from "../../hil/model-oracle.ts";
 import { Transcript } from "../../hil/transcript.ts";
@@ -66,10 +66,11 @@ describe("ModelOracle", () => {
     expect(deviations).toHaveLength(1);
     const [deviation] = deviations;
     expect(deviation).toMatchObject({ previous: "online.checking", observed: "state online.switching", rule: "transition" });
-    // check done -> offered (transient: on to downloading, or back to idle), unauthorized -> unprovisioned, unplugged/failed -> idle
-    expect(deviation!.allowed).toEqual(["awake.idle", "unprovisioned", "online.offered", "online.downloading"]);
+    // check done -> offered (transient: on to downloading, back to idle, or to updateFailed for a signature it will not take),
+    // unauthorized -> unprovisioned, unplugged/failed -> idle
+    expect(deviation!.allowed).toEqual(["awake.idle", "unprovisioned", "online.offered", "updateFailed", "online.downloading"]);
     expect(deviation!.message).toBe(
-      "after online.checking the model allows awake.idle, unprovisioned, online.offered, online.downloading; the badge printed state online.switching",
+      "after online.checking the model allows awake.idle, unprovisioned, online.offered, updateFailed, online.downloading; the badge printed state online.switching",
     );
     expect(oracle.firstDeviation).toBe(deviation);
   });

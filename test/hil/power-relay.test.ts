@@ -6,7 +6,7 @@ import net from "node:net";
 import path from "node:path";
 import { connectAsync, type MqttClient } from "mqtt";
 import { afterEach, describe, expect, it } from "vitest";
-import { loadScenario } from "../../badge-sim/scenario.ts";
+import { loadScenario } from "../../badge-sim/runners/scenario.ts";
 import { BrokerError } from "../../hil/mqtt-broker.ts";
 import { connectPowerRelay, PowerRelayError, powerCutPlan, type PowerRelay, type PowerState } from "../../hil/power-relay.ts";
 import { connectRigEvents, type RigEvent } from "../../hil/rig-events.ts";

@@ -3,39 +3,53 @@
 // badge: the model oracle checks every console line, power cuts, unplugging and plugging in go
 // through the MQTT relays on its battery and its USB power (Tasmota topics on the real Mosquitto,
 // answered by starting or SIGKILLing the badge process and by its VBUS sense file), network
-// faults through the fault proxy the badge's NVS points at, and the revoked token through the
-// rig's provision command. scripts/reference-badge-rig.ts builds the bench; this test runs it as
-// a user would and reads its JSON report.
+// faults through the fault proxy the badge's NVS points at (the range faults of the resume
+// scenarios among them), and the revoked token through the rig's provision command.
+// scripts/cli/reference-badge-rig.ts builds the bench; this test runs it as a user would and reads
+// its JSON report.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import mqtt from "mqtt";
 import { describe, expect, it } from "vitest";
-import { ProcessRelay } from "../../scripts/reference-badge-rig.ts";
+import { loadScenario } from "../../badge-sim/runners/scenario.ts";
+import { groupScenarios, ProcessRelay } from "../../scripts/cli/reference-badge-rig.ts";
 import { ROOT } from "../server/cli-process.ts";
 
 const BROKER = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
+const SHIPPED = fs.readdirSync(path.join(ROOT, "fixtures/scenarios")).filter((file) => file.endsWith(".json")).length;
 
-/** `scripts/reference-badge-rig.ts ARGS --json` as a user runs it: its exit code and JSON report. */
+/** `scripts/cli/reference-badge-rig.ts ARGS --json` as a user runs it: its exit code and JSON report. */
 async function runRig(args: string[]) {
-  const child = spawn(process.execPath, ["--import", "tsx", "scripts/reference-badge-rig.ts", ...args, "--json"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, ["--import", "tsx", "scripts/cli/reference-badge-rig.ts", ...args, "--json"], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
   child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
   child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
   const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
-  expect(code, `${stderr}\n${stdout.slice(0, 4000)}`).toBe(0);
+  // on a failure, the scenarios that did not pass first: the whole report is long
+  const notPassed = () => {
+    try {
+      return JSON.stringify(JSON.parse(stdout).results.filter((result: { outcome: string }) => result.outcome !== "passed")).slice(0, 4000);
+    } catch {
+      return stdout.slice(0, 4000);
+    }
+  };
+  expect(code, `${stderr}\n${code === 0 ? "" : notPassed()}`).toBe(0);
   return JSON.parse(stdout);
 }
 
+// The badge's clock runs 10 times faster than the wall (`--clock-factor`, the rig file's
+// clockFactor): the pending report's 60 s wait takes 6 s, a 256 KiB download at 64 KiB/s 0.4 s.
+const CLOCK_FACTOR = "10";
+
 describe("the rig against the reference badge", () => {
-  // the pending report scenario waits 60 s of wall time on a real badge, as it says
   it("passes every shipped scenario, the model checking each console line, power through the MQTT relays, faults from the proxy", { timeout: 600_000 }, async () => {
-    const run = await runRig([]);
+    const run = await runRig(["--clock-factor", CLOCK_FACTOR]);
     const failing = run.results.filter((result: { outcome: string }) => result.outcome === "failed" || result.outcome === "error");
     expect(failing, JSON.stringify(failing, null, 2).slice(0, 4000)).toEqual([]);
-    expect(run).toMatchObject({ object: "reference_badge_rig", scenarios: 20, passed: 20, failed: 0, errors: 0, skipped: 0 });
+    expect(run).toMatchObject({ object: "reference_badge_rig", scenarios: SHIPPED, passed: SHIPPED, failed: 0, errors: 0, skipped: 0 });
 
     for (const result of run.results) {
       // every expectation of the file held, and the model allowed every console event
@@ -44,10 +58,31 @@ describe("the rig against the reference badge", () => {
       expect(fields.length, result.name).toBeGreaterThan(1);
       expect(result.checks.every((check: { passed: boolean }) => check.passed), result.name).toBe(true);
     }
-    // the five brownouts each cut the power through MQTT and the relays switched it back on; the
-    // revoked token's two provisionings (its token in, the rig's back) each switched it off and on
-    expect(run.relay.off).toBe(7);
-    expect(run.relay.on).toBe(7);
+    // the six brownouts (one of them the resume after a power cut) each cut the power through MQTT
+    // and the relays switched it back on; the revoked token's two provisionings (its token in, the
+    // rig's back) each switched it off and on; and each hil run switched the badge on as its first
+    // scenario started
+    expect(run.relay.off).toBe(8);
+    expect(run.relay.on).toBe(8 + run.groups);
+    // every cut landed where its scenario says: before the next install checkpoint, before the
+    // download ended, before otadata was written; all at 10x (the proxy holds the download at
+    // the end of a byte cut's window, the badge waits in the switch with --hold-switch)
+    const cuts = run.results.flatMap((result: { name: string; checks: Array<{ field: string; passed: boolean; observed: string }> }) =>
+      result.checks.filter((check) => check.field === "power.cut").map((check) => ({ name: result.name, ...check })),
+    );
+    expect(cuts.map((cut: { name: string }) => cut.name).sort()).toEqual([
+      "a power cut during the download, resumed after the reboot",
+      "brownout at 10 %",
+      "brownout at 50 %",
+      "brownout at 99 %",
+      "brownout during the partition switch",
+      "pending report delivered after a brownout",
+    ]);
+    expect(cuts.every((cut: { passed: boolean }) => cut.passed), JSON.stringify(cuts)).toBe(true);
+    const factors = Object.fromEntries(run.results.map((result: { name: string; clock_factor: number }) => [result.name, result.clock_factor]));
+    // every scenario at 10x: the proxy's hold and the switch hold let each cut land at any speed
+    expect(Object.values(factors).every((factor) => factor === 10)).toBe(true);
+    expect(Object.keys(factors)).toHaveLength(run.scenarios);
     const observed = (field: string) =>
       Object.fromEntries(
         run.results.map((result: { name: string; checks: Array<{ field: string; observed: unknown }> }) => [result.name, result.checks.find((check) => check.field === field)?.observed]),
@@ -60,10 +95,34 @@ describe("the rig against the reference badge", () => {
     // asleep on its battery, woken by USB power, the report out at the boot that follows
     expect(observed("expect.states")["pending report delivered after a brownout"]).toEqual(expect.arrayContaining(["asleep", "wakingUp"]));
     expect(observed("expect.unprovisioned")["revoked token"]).toBe(true);
+    // issue 23: the C badge resumes from its NVS checkpoint after a cut and after a power cut (each
+    // scenario expects the "Resuming at ..." screen), starts over on a 200, refuses a 206 elsewhere
+    const outcomes = Object.fromEntries(run.results.map((result: { name: string; outcome: string }) => [result.name, result.outcome]));
+    for (const name of ["a download cut at 90 % resumes", "a power cut during the download, resumed after the reboot", "a proxy that ignores Range", "a resume answered at the wrong offset"]) {
+      expect(outcomes[name], name).toBe("passed");
+      expect(reports[name], name).toBe("ok|1.5.0");
+    }
     // the scenarios after the revoked token ran on the rig's own token again
     const after = run.results.slice(run.results.findIndex((result: { name: string }) => result.name === "revoked token") + 1);
     expect(after.length).toBeGreaterThan(0);
     expect(after.every((result: { outcome: string }) => result.outcome === "passed")).toBe(true);
+  });
+});
+
+describe("the rig's groups of scenarios", () => {
+  it("start a new group after a failed update, whose download checkpoint the next scenario would resume from", () => {
+    const shipped = (file: string) => loadScenario(path.join(ROOT, "fixtures/scenarios", file));
+    // one bench; the first cuts the download at 50 % and leaves a checkpoint at 128 KiB in NVS
+    const cut = shipped("connection-dropped-at-131072.json");
+    const lastByte = shipped("connection-dropped-at-262143.json");
+    // the same bench, ending without a report on the version it started with: the next may share its bench
+    const untouched = { ...cut, file: "untouched.json", expect: { ...cut.expect, report: null, runningVersion: "1.4.0" } };
+    const groups = groupScenarios([cut, lastByte, untouched, untouched]);
+    expect(groups.map((group) => group.scenarios.map((scenario) => path.basename(scenario.file)))).toEqual([
+      ["connection-dropped-at-131072.json"],
+      ["connection-dropped-at-262143.json"],
+      ["untouched.json", "untouched.json"],
+    ]);
   });
 });
 
@@ -80,7 +139,7 @@ describe("the rig's provision command", () => {
     };
     const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "after-revoked-")), "after-revoked-token.json");
     fs.writeFileSync(file, JSON.stringify(next));
-    const run = await runRig(["fixtures/scenarios/revoked-token.json", file]);
+    const run = await runRig(["fixtures/scenarios/revoked-token.json", file, "--clock-factor", CLOCK_FACTOR]);
     // one group, so one hil run played both on one bench
     expect(run).toMatchObject({ scenarios: 2, passed: 2, groups: 1 });
     expect(run.results.map((result: { name: string }) => result.name)).toEqual(["revoked token", "a sync after the revoked token"]);

@@ -52,6 +52,11 @@ describe("the example rig file", () => {
     expect(loadRigFile(write({ ...example(), usbPower: null })).usbPower).toBeNull();
   });
 
+  it("says a real badge runs in real time unless the rig file gives its clock factor (the reference badge's --clock-factor)", () => {
+    expect(loadRigFile(write(example())).clockFactor).toBe(1);
+    expect(loadRigFile(write({ ...example(), clockFactor: 10 })).clockFactor).toBe(10);
+  });
+
   it("takes USB ids in either case and a serial number", () => {
     expect(loadRigFile(write({ ...example(), port: { vid: "10C4", pid: "EA60" } })).port).toEqual({ vid: "10c4", pid: "ea60" });
     expect(loadRigFile(write({ ...example(), port: { serialNumber: "F4:12:FA:00:11:22" } })).port).toEqual({ serialNumber: "F4:12:FA:00:11:22" });
@@ -86,6 +91,9 @@ describe("a bad rig file", () => {
     ["a provision timeout of 0", (r: any) => (r.provision = { command: ["p", "{token}"], timeoutMs: 0 }), /^ {2}provision\.timeoutMs: /m],
     ["powerOff as a string", (r: any) => (r.provision = { command: ["p", "{token}"], powerOff: "yes" }), /^ {2}provision\.powerOff: .*expected boolean/m],
     ["powerOff on a rig without a relay", (r: any) => ((r.power = null), (r.provision = { command: ["p", "{token}"], powerOff: true })), /^ {2}provision\.powerOff: needs `power`/m],
+    ["a clock factor of 0", (r: any) => (r.clockFactor = 0), /^ {2}clockFactor: /m],
+    ["a clock factor of 2.5", (r: any) => (r.clockFactor = 2.5), /^ {2}clockFactor: expected a whole number from 1 to 1000/m],
+    ["a clock factor for the simulated badge", (r: any) => ((r.badge = "simulated"), (r.clockFactor = 10)), /^ {2}clockFactor: is for a badge on the wall clock/m],
     ["an unknown field in provision", (r: any) => (r.provision = { command: ["p", "{token}"], env: {} }), /^ {2}provision\.env: unknown field/m],
   ])("%s names the field", (_name, spoil, message) => {
     const rig = example();
@@ -106,8 +114,48 @@ describe("a bad rig file", () => {
 
   it("that is not an object, not JSON, or unreadable, says so", () => {
     expect(() => loadRigFile(write([]))).toThrow(/\(the file\): .*expected object/);
-    expect(() => loadRigFile(write("{nope"))).toThrow(/bad-rig\.json: not JSON/);
+    expect(() => loadRigFile(write("{nope"))).toThrow(/bad-rig\.json:1:2: not JSON/);
     expect(() => loadRigFile("/nonexistent/rig.json")).toThrow(/rig\.json: cannot read: ENOENT/);
     expect(() => loadRigFile(os.tmpdir())).toThrow(/cannot read: EISDIR/);
+  });
+});
+
+describe("a farm rig file (several badges)", () => {
+  const FARM = path.join(ROOT, "fixtures/rigs/example-farm.json");
+  const farm = () => JSON.parse(fs.readFileSync(FARM, "utf8"));
+
+  it("loads the shipped example: each badge with its wiring and token, setup and provision run in the file's directory, the ELF resolved", () => {
+    const rig = loadRigFile(FARM);
+    expect(rig.badges.map((badge) => badge.name)).toEqual(["bench-1", "bench-2"]);
+    expect(rig.badges[1]).toMatchObject({
+      badge: "real",
+      port: { serialNumber: "F4:12:FA:00:00:02" },
+      baudRate: 115200,
+      power: { topic: "badge-bench-2" },
+      setup: { powerOff: true, timeoutMs: 300_000, cwd: path.dirname(FARM) },
+      provision: { powerOff: false, cwd: path.dirname(FARM) },
+      proxy: { host: "0.0.0.0", port: 8092 },
+      deviceToken: "dtk_test_REPLACE_WITH_BENCH_2_TOKEN",
+    });
+    expect(rig.elf).toEqual({ path: path.join(ROOT, "var/firmware/badge-{version}.elf"), arch: "xtensa" });
+    expect(rig.server).toEqual({ url: "http://192.168.1.20:8080", dataDir: path.join(ROOT, "var") });
+    // a one-badge file is a farm of one, named after the rig
+    expect(loadRigFile(EXAMPLE).badges).toEqual([expect.objectContaining({ name: "bench-1", deviceToken: example().server.deviceToken, port: { vid: "303a", pid: "1001" } })]);
+  });
+
+  it.each([
+    ["two badges on one port", (r: any) => (r.badges[1].port = r.badges[0].port), /^ {2}badges\[1\]\.port: \{"serialNumber":"F4:12:FA:00:00:01"\} is badge bench-1's port as well: one badge per port$/m],
+    ["two badges on one relay topic", (r: any) => (r.badges[1].usbPower = r.badges[0].power), /^ {2}badges\[1\]\.usbPower\.topic: the relay badge-bench-1 on mqtt:\/\/127\.0\.0\.1:1883 is badge bench-1's as well: one relay per badge/m],
+    ["two badges with one token", (r: any) => (r.badges[1].deviceToken = r.badges[0].deviceToken), /^ {2}badges\[1\]\.deviceToken: is badge bench-1's device token as well/m],
+    ["two badges with one name", (r: any) => (r.badges[1].name = "bench-1"), /^ {2}badges\[1\]\.name: bench-1 names another badge as well/m],
+    ["no badges", (r: any) => (r.badges = []), /^ {2}badges: expected at least one badge/m],
+    ["a badge without its token", (r: any) => delete r.badges[0].deviceToken, /^ {2}badges\[0\]\.deviceToken: missing/m],
+    ["a setup command without {version}", (r: any) => (r.badges[0].setup = { command: ["./flash.sh"] }), /^ {2}badges\[0\]\.setup\.command: expected \{version\} in one of the words/m],
+    ["an ELF for an unknown CPU", (r: any) => (r.elf.arch = "arm"), /^ {2}elf\.arch: /m],
+    ["a token beside the server's URL", (r: any) => (r.server.deviceToken = "dtk_test_x"), /^ {2}server\.deviceToken: unknown field/m],
+  ])("%s is refused, naming the badge and the field", (_name, spoil, message) => {
+    const rig = farm();
+    spoil(rig);
+    expect(() => loadRigFile(write(rig))).toThrow(message);
   });
 });

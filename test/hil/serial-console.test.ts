@@ -108,7 +108,13 @@ async function ptyRig(): Promise<Rig> {
   };
 }
 
-function consoleSuite(makeRig: () => Promise<Rig> | Rig): void {
+// The same tests on both ends of a cable: the mock binding and a real pty pair.
+const RIGS: Array<[string, () => Promise<Rig> | Rig]> = [
+  ["@serialport/binding-mock", mockRig],
+  ["a socat pty pair", ptyRig],
+];
+
+describe.each(RIGS)("SerialConsole over %s", (_name, makeRig) => {
   let rig: Rig;
   const open = (options: Partial<SerialConsoleOptions> = {}) => openConsole({ port: rig.path, binding: rig.binding, ...options });
   beforeEach(async () => {
@@ -190,6 +196,18 @@ function consoleSuite(makeRig: () => Promise<Rig> | Rig): void {
     await (await open()).close();
   });
 
+  it("takes an event line that a power cut ended early as noise, and reads the boot after it", async () => {
+    const serial = await open();
+    await rig.print('@bb screen text="Downloading 19% (49 of 256 KiB)"');
+    await rig.print("ets Jul 29 2019 12:21:46\r\n\r\nrst:0x1 (POWERON_RESET),boot:0x13 (SPI_FAST_FLASH_BOOT)\r\n@bb boot slot=ota_0 version=1.4.0 cause=power-on\r\n");
+    expect(await serial.expectEvent((event) => event.kind === "screen" || event.kind === "boot", { timeoutMs: 2000 })).toEqual({
+      kind: "boot",
+      slot: "ota_0",
+      version: "1.4.0",
+      cause: "power-on",
+    });
+  });
+
   it("sends a command line, records it, and records what it received", async () => {
     const serial = await open();
     await serial.send({ name: "tap", uid: "04A1B2C3D0" });
@@ -235,11 +253,9 @@ function consoleSuite(makeRig: () => Promise<Rig> | Rig): void {
     expect((failure as Error).message).toMatch(new RegExp(`^serial port ${missing} does not exist \\(.+\\); is the badge plugged in`));
     expect(readFileSync(transcriptPath, "utf8")).toContain(`# not opened: serial port ${missing} does not exist`);
   });
-}
+});
 
-describe("SerialConsole over @serialport/binding-mock", () => {
-  consoleSuite(mockRig);
-
+describe("SerialConsole finding its port (over @serialport/binding-mock)", () => {
   it("finds the badge by USB serial number or by VID:PID", async () => {
     const rig = mockRig();
     const { serialNumber } = (await MockBinding.list()).find((port) => port.path === rig.path)!;
@@ -281,10 +297,6 @@ describe("SerialConsole over @serialport/binding-mock", () => {
     await expect(SerialConsole.open(options)).rejects.toThrow(TypeError);
     await expect(SerialConsole.open(options)).rejects.toThrow(message);
   });
-});
-
-describe("SerialConsole over a socat pty pair", () => {
-  consoleSuite(ptyRig);
 });
 
 describe("Transcript", () => {

@@ -8,12 +8,12 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { loadScenario } from "../../badge-sim/scenario.ts";
-import { runScenario, type ScenarioResult } from "../../badge-sim/scenario-runner.ts";
+import { loadScenario } from "../../badge-sim/runners/scenario.ts";
+import { runScenario, type ScenarioResult } from "../../badge-sim/runners/scenario-runner.ts";
 import { ModelOracle } from "../../hil/model-oracle.ts";
 import { simSerialTarget } from "../../hil/sim-serial-badge.ts";
-import { prepareInProcess } from "../../scripts/sim-run.ts";
-import { runHilRun } from "../../scripts/hil-run.ts";
+import { prepareInProcess } from "../../scripts/cli/sim-run.ts";
+import { runHilRun } from "../../scripts/cli/hil-run.ts";
 
 const ROOT = path.join(import.meta.dirname, "../..");
 const SHIPPED = path.join(ROOT, "fixtures/scenarios");

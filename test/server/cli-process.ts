@@ -6,9 +6,10 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll } from "vitest";
+import { openStore } from "../../server/store/database.ts";
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-const SCRIPT = path.join(ROOT, "scripts/badgebench.js");
+const SCRIPT = path.join(ROOT, "scripts/cli/badgebench.js");
 export const DEMO = path.join(ROOT, "fixtures/demo-school.json");
 export const DB_FILE = "badgebench.sqlite";
 export const LISTENING = /^listening on http:\/\/127\.0\.0\.1:\d+$/;
@@ -25,6 +26,7 @@ export function baseEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   delete env.DATABASE_URL;
   delete env.DATABASE_POOL_SIZE;
   delete env.DATABASE_STATEMENT_TIMEOUT_MS;
+  delete env.DATABASE_CHANGE_CHECK_MS;
   for (const name of Object.keys(env)) if (name.startsWith("BADGEBENCH_WEBHOOK_")) delete env[name];
   return { ...env, ...extra };
 }
@@ -39,7 +41,7 @@ export interface RunResult {
 export interface RunOptions {
   env?: NodeJS.ProcessEnv;
   cwd?: string;
-  /** What node runs instead of the badgebench command, e.g. ["--import", "tsx", "scripts/publish.ts"]. */
+  /** What node runs instead of the badgebench command, e.g. ["--import", "tsx", "scripts/cli/publish.ts"]. */
   program?: string[];
   /** ms before the command is killed and the run rejects (default 20 s) */
   timeoutMs?: number;
@@ -160,4 +162,11 @@ export function tempDirs(prefix: string): (label: string) => string {
     made.push(dir);
     return dir;
   };
+}
+
+/** `dir` holding an empty store, as `serve` leaves it: only the server creates one, the admin commands open it. */
+export async function storeIn(dir: string): Promise<string> {
+  const store = await openStore({ dataDir: dir });
+  await store.close();
+  return dir;
 }

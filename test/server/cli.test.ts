@@ -1,10 +1,10 @@
 // Drives the real badgebench CLI as a user would: every test spawns
-// `node scripts/badgebench.js ...` in its own temporary data directory.
+// `node scripts/cli/badgebench.js ...` in its own temporary data directory.
 import fs from "node:fs";
 import path from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { baseEnv, DB_FILE, DEMO, killLeftoverServers, run, serve, stop, tempDirs, type RunOptions } from "./cli-process.ts";
+import { baseEnv, DB_FILE, DEMO, killLeftoverServers, run, serve, stop, storeIn, tempDirs, type RunOptions } from "./cli-process.ts";
 
 /** Runs a command with --json, expects success and exactly one JSON object (one line) on stdout. */
 async function runJson<T = Record<string, unknown>>(args: string[], options?: RunOptions): Promise<T> {
@@ -86,8 +86,8 @@ describe("badgebench keys", () => {
   let dir: string;
   let testKey: KeyJson;
 
-  beforeAll(() => {
-    dir = tempDir("keys");
+  beforeAll(async () => {
+    dir = await storeIn(tempDir("keys"));
   });
 
   it("create --json prints exactly one JSON object with the id and a sk_test_ secret", { timeout: 30_000 }, async () => {
@@ -183,7 +183,7 @@ describe("badgebench keys", () => {
 
 describe("BADGEBENCH_DATA", () => {
   it("is the data directory when --data is absent", { timeout: 30_000 }, async () => {
-    const dataDir = tempDir("env");
+    const dataDir = await storeIn(tempDir("env"));
     // Run from an empty working directory, so the ./var fallback cannot hide a missed env var.
     const cwd = tempDir("cwd");
     const result = await run(["keys", "create", "--mode", "test", "--scope", "attendance:read", "--json"], {
@@ -201,8 +201,8 @@ describe("BADGEBENCH_DATA", () => {
 describe("badgebench import", () => {
   let dir: string;
 
-  beforeAll(() => {
-    dir = tempDir("import");
+  beforeAll(async () => {
+    dir = await storeIn(tempDir("import"));
   });
 
   it("imports the demo school and prints a summary", { timeout: 30_000 }, async () => {
@@ -226,7 +226,7 @@ describe("badgebench import", () => {
   });
 
   it("rejects a file with an error, naming the path, and imports nothing", { timeout: 30_000 }, async () => {
-    const fresh = tempDir("bad-import");
+    const fresh = await storeIn(tempDir("bad-import"));
     const file = path.join(tempDir("bad-file"), "bad-school.json");
     fs.writeFileSync(
       file,
@@ -240,7 +240,7 @@ describe("badgebench import", () => {
     );
     const [text, json] = await Promise.all([
       run(["import", file, "--data", fresh]),
-      run(["import", file, "--data", tempDir("bad-import-json"), "--json"]),
+      run(["import", file, "--data", await storeIn(tempDir("bad-import-json")), "--json"]),
     ]);
 
     expect(text.code).not.toBe(0);
@@ -264,7 +264,7 @@ describe("badgebench sessions", () => {
   let scheduled: string[];
 
   beforeAll(async () => {
-    dir = tempDir("sessions");
+    dir = await storeIn(tempDir("sessions"));
     await runJson(["import", DEMO, "--data", dir]);
     scheduled = query<{ id: string }>(dir, "select id from sessions where status = 'scheduled' and livemode = 0 order by starts_at, id").map(
       (r) => r.id,

@@ -26,7 +26,7 @@ async function open(): Promise<{ db: Kysely<Database>; close(): Promise<void> }>
 }
 
 const store = await open();
-const releases = new DatabaseReleaseStore(store.db);
+const releases = new DatabaseReleaseStore(store.db, 0);
 try {
   if (command === "publish") {
     try {

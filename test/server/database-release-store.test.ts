@@ -10,7 +10,7 @@ import type { Kysely } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildAppImage, md5Hex, OTA_SLOT_BYTES, parseManifest, type ReleaseEntry } from "../../firmware/index.ts";
 import { DatabaseReleaseStore } from "../../server/releases/database-release-store.ts";
-import { openReleaseStore } from "../../server/releases/open-release-store.ts";
+import { openReleaseStores } from "../../server/releases/open-release-store.ts";
 import { promoteRelease, PublishRefusal, publishRelease, type PublishInput } from "../../server/releases/publishing.ts";
 import { FileReleaseStore, ReleaseLockedError, ReleaseStoreError } from "../../server/releases/release-store.ts";
 import { createDevice, revokeDevice } from "../../server/services/devices.ts";
@@ -21,7 +21,7 @@ import type { Database } from "../../server/store/schema.ts";
 import { ROOT, run, tempDirs } from "./cli-process.ts";
 import { killPublishLoop } from "./publish-loop.ts";
 import { smallSchool } from "./harness.ts";
-import { createMultiClientDatabase, type MultiClientDatabase } from "./postgres-database.ts";
+import { createMultiClientDatabase, type MultiClientDatabase } from "../../scripts/harness/postgres-database.ts";
 
 const PASSWORD = "lab-wifi-s3cret!";
 const KILLS = 4;
@@ -92,7 +92,7 @@ async function postgresBackend(): Promise<Backend> {
       Promise.all(
         inputs.map((input) => {
           const db = database.connect();
-          return outcomeOf(publishRelease(db, new DatabaseReleaseStore(db), input));
+          return outcomeOf(publishRelease(db, new DatabaseReleaseStore(db, 0), input));
         }),
       ),
     close: () => database.drop(),
@@ -107,7 +107,7 @@ const BACKENDS: [string, () => Promise<Backend>][] = [
 /** Every row of both tables, to show a refused publish changed nothing. */
 async function rows(db: Kysely<Database>) {
   const images = await db.selectFrom("release_images").select(["file", "sha256", "size", "body", "created_at"]).orderBy("file").execute();
-  const manifest = await db.selectFrom("release_manifest").selectAll().execute();
+  const manifest = await db.selectFrom("release_manifests").selectAll().execute();
   return { images: images.map((r) => ({ ...r, body: sha256(r.body) })), manifest };
 }
 
@@ -145,15 +145,15 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     backend = await openBackend();
     db = await backend.connect();
     await importSchool(db, smallSchool(), { mode: "test" });
-    releases = new DatabaseReleaseStore(db);
+    releases = new DatabaseReleaseStore(db, 0);
     src = tempDir("src");
   }, 30_000);
   afterAll(() => backend?.close());
 
-  it("is what openReleaseStore picks for PostgreSQL; SQLite keeps files unless asked", () => {
-    const picked = openReleaseStore(db, src);
+  it("is what openReleaseStores picks for PostgreSQL; SQLite keeps files unless asked", () => {
+    const picked = openReleaseStores(db, src)[0];
     expect(picked).toBeInstanceOf(isPostgres(db) ? DatabaseReleaseStore : FileReleaseStore);
-    expect(openReleaseStore(db, src, "database")).toBeInstanceOf(DatabaseReleaseStore);
+    expect(openReleaseStores(db, src, "database")[0]).toBeInstanceOf(DatabaseReleaseStore);
   });
 
   it("reads the empty manifest before the first publish", async () => {
@@ -182,7 +182,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     expect(stored).toHaveLength(1);
     expect(stored[0]).toMatchObject({ file: first.file, sha256: first.sha256, size: OTA_SLOT_BYTES });
     expect(Buffer.compare(Buffer.from(stored[0]!.body), Buffer.from(firstImage))).toBe(0);
-    const row = await db.selectFrom("release_manifest").selectAll().executeTakeFirstOrThrow();
+    const row = await db.selectFrom("release_manifests").selectAll().executeTakeFirstOrThrow();
     const parsed = parseManifest(JSON.parse(row.body));
     expect(parsed).toEqual({ ok: true, manifest: { format: 1, fleet: "1.4.0", releases: [first] } });
     expect(await releases.read()).toEqual({ format: 1, fleet: "1.4.0", releases: [first] });
@@ -247,7 +247,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     const damaged = Buffer.from(firstImage);
     damaged[damaged.length - 100]! ^= 0xff;
     await db.updateTable("release_images").set({ body: damaged }).where("file", "=", first.file).execute();
-    const fresh = new DatabaseReleaseStore(db);
+    const fresh = new DatabaseReleaseStore(db, 0);
     await expect(fresh.imageBytes(first)).rejects.toThrow(
       new ReleaseStoreError(`release image ${first.file} in the database does not match its manifest entry (size or SHA-256)`),
     );
@@ -258,21 +258,21 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
   });
 
   it("refuses an image row that is missing, and a manifest row that does not parse", async () => {
-    const fresh = new DatabaseReleaseStore(db);
+    const fresh = new DatabaseReleaseStore(db, 0);
     await expect(fresh.imageBytes({ ...first, file: "1.4.0-0000000000000000.bin" })).rejects.toThrow(
       "release image 1.4.0-0000000000000000.bin is not in the database",
     );
-    const row = await db.selectFrom("release_manifest").selectAll().executeTakeFirstOrThrow();
-    await db.updateTable("release_manifest").set({ body: '{"format": 1, "fleet": "1.4.0"', revision: "damaged" }).execute();
+    const row = await db.selectFrom("release_manifests").selectAll().executeTakeFirstOrThrow();
+    await db.updateTable("release_manifests").set({ body: '{"format": 1, "fleet": "1.4.0"', revision: "damaged" }).execute();
     await expect(fresh.read()).rejects.toThrow(/the release manifest in the database is not valid JSON/);
-    await db.updateTable("release_manifest").set({ body: JSON.stringify({ format: 1, fleet: "7.0.0", releases: [] }), revision: "invalid" }).execute();
+    await db.updateTable("release_manifests").set({ body: JSON.stringify({ format: 1, fleet: "7.0.0", releases: [] }), revision: "invalid" }).execute();
     await expect(fresh.read()).rejects.toThrow(/the release manifest in the database is invalid/);
-    await db.updateTable("release_manifest").set(row).execute();
+    await db.updateTable("release_manifests").set(row).execute();
     expect((await fresh.read()).releases).toEqual([first]);
   });
 
   it("a store on another connection sees a publish on its next read, and reuses its copy while nothing changed", async () => {
-    const other = new DatabaseReleaseStore(await backend.connect());
+    const other = new DatabaseReleaseStore(await backend.connect(), 0);
     const seen = await other.read();
     expect(seen.releases).toEqual([first]);
     expect(await other.read()).toBe(seen);
@@ -293,7 +293,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     expect(await rows(db)).toEqual(before);
     const promoted = await promoteRelease(db, releases, "1.6.0", { force: true, reason: "tested on the bench" });
     expect(promoted.promoted).toMatchObject({ forced: true, reason: "tested on the bench", canary_report: null });
-    const other = new DatabaseReleaseStore(await backend.connect());
+    const other = new DatabaseReleaseStore(await backend.connect(), 0);
     expect((await other.read()).fleet).toBe("1.6.0");
   });
 
@@ -326,7 +326,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
       for (const version of killed.promoted) promoted.add(version);
 
       // The manifest parses, and every image it names is there and intact.
-      const fresh = new DatabaseReleaseStore(db);
+      const fresh = new DatabaseReleaseStore(db, 0);
       const manifest = await fresh.read();
       for (const entry of manifest.releases) expect(sha256(await fresh.imageBytes(entry)), entry.version).toBe(entry.sha256);
       // Every finished publish and promote is in it; each kill adds at most the one under way.
@@ -337,7 +337,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     }
     expect(published.size).toBeGreaterThanOrEqual(KILLS);
     // No lock is left behind: the next publish goes through at once.
-    expect((await publishRelease(db, new DatabaseReleaseStore(db, { lockWaitMs: 0 }), input("6.0.0"))).version).toBe("6.0.0");
+    expect((await publishRelease(db, new DatabaseReleaseStore(db, 0, { lockWaitMs: 0 }), input("6.0.0"))).version).toBe("6.0.0");
   }, 180_000);
 });
 
@@ -348,9 +348,9 @@ describe("reads on PostgreSQL", () => {
     try {
       let queries = 0;
       const readerDb = database.connect({ log: (event) => void (event.level === "query" && queries++) });
-      const reader = new DatabaseReleaseStore(readerDb);
+      const reader = new DatabaseReleaseStore(readerDb, 0);
       const publisherDb = database.connect();
-      const publisher = new DatabaseReleaseStore(publisherDb);
+      const publisher = new DatabaseReleaseStore(publisherDb, 0);
       const src = tempDir("reads-src");
       await reader.read();
       queries = 0;
@@ -388,7 +388,7 @@ async function holdReleaseLock(database: MultiClientDatabase) {
   const held = new Promise<void>((resolve) => (release = resolve));
   let entered!: () => void;
   const inside = new Promise<void>((resolve) => (entered = resolve));
-  const holding = new DatabaseReleaseStore(holder).withLock(holder, async () => {
+  const holding = new DatabaseReleaseStore(holder, 0).withLock(holder, async () => {
     entered();
     await held;
   });
@@ -406,7 +406,7 @@ describe("the publish lock on PostgreSQL", () => {
       fs.writeFileSync(file, buildAppImage({ version: "3.0.0" }));
       const waiter = database.connect();
       let finished = false;
-      const publishing = publishRelease(waiter, new DatabaseReleaseStore(waiter), { imagePath: file, version: "3.0.0", notes: [], devWifiPassword: PASSWORD });
+      const publishing = publishRelease(waiter, new DatabaseReleaseStore(waiter, 0), { imagePath: file, version: "3.0.0", notes: [], devWifiPassword: PASSWORD });
       void publishing.finally(() => (finished = true)).catch(() => undefined);
       await new Promise((resolve) => setTimeout(resolve, 400));
       expect(finished).toBe(false);
@@ -426,7 +426,7 @@ describe("the publish lock on PostgreSQL", () => {
       const src = tempDir("lock-src");
       const file = path.join(src, "1.0.0.bin");
       fs.writeFileSync(file, buildAppImage({ version: "1.0.0" }));
-      const store = new DatabaseReleaseStore(waiter, { lockWaitMs: 300 });
+      const store = new DatabaseReleaseStore(waiter, 0, { lockWaitMs: 300 });
       const publishing = publishRelease(waiter, store, { imagePath: file, version: "1.0.0", notes: [], devWifiPassword: PASSWORD });
       await expect(publishing).rejects.toThrow(
         new ReleaseLockedError("another publish or promote holds the release lock in the database; retry when it has finished"),

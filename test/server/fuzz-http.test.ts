@@ -1,7 +1,7 @@
 // The HTTP interface fuzzed from outside (test/server/fuzz-http.ts): every parser family gets
 // generated requests over a real socket; none may get a 5xx, an answer outside its endpoint's
 // format, or change a row when refused. A fixed seed and a bounded number of runs keep this
-// repeatable and quick; `npx tsx scripts/fuzz-http.ts --runs N --seed S` runs it for longer.
+// repeatable and quick; `npx tsx test/server/fuzz-http-run.ts --runs N --seed S` runs it for longer.
 import { afterAll, beforeAll, describe, it, expect } from "vitest";
 import { fuzzTarget } from "./fuzz-http.ts";
 import { startFuzzFixture, type FuzzFixture } from "./fuzz-targets.ts";

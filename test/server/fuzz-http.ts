@@ -3,7 +3,7 @@
 // real socket to a real server, and checks what every answer must satisfy whatever was sent:
 // never a 5xx, the endpoint's own answer format (the /v1 error shape, the badge's `V1` ... `.`
 // text), and a refused request changes no row. Used by test/server/fuzz-http.test.ts (fixed
-// seed, few runs, in `npm test`) and scripts/fuzz-http.ts (as many runs as asked).
+// seed, few runs, in `npm test`) and test/server/fuzz-http-run.ts (as many runs as asked).
 //
 // Each endpoint family is a FuzzTarget: a request arbitrary and the protocol its answers speak.
 // A new parser (the JSON-RPC endpoint /api/mcp) is a new target plus, if it answers in a format
@@ -267,6 +267,23 @@ export function encodedBody(body: fc.Arbitrary<Buffer | undefined>): fc.Arbitrar
     if (encoding === "gzip" && honest && bytes !== undefined) return { encoding, body: gzipSync(bytes) };
     return { encoding, body: bytes };
   });
+}
+
+/**
+ * JSON text of shapes no client sends but anyone may, within `maxBytes` (the endpoint's body
+ * limit, so that it is read and not refused as too large): arrays and objects nested thousands of
+ * levels deep, arrays of tens of thousands of items, strings of tens of thousands of characters.
+ */
+export function oversizedJson(maxBytes: number): fc.Arbitrary<string> {
+  const nested = (open: string, inner: string, close: string) =>
+    fc.integer({ min: 1000, max: Math.floor((maxBytes - inner.length) / (open.length + close.length)) }).map((depth) => open.repeat(depth) + inner + close.repeat(depth));
+  return fc.oneof(
+    nested("[", "", "]"),
+    nested('{"a":', "1", "}"),
+    nested('[{"a":', "null", "}]"),
+    fc.integer({ min: 1000, max: Math.floor(maxBytes / 2) - 1 }).map((items) => `[${new Array(items).fill("0").join(",")}]`),
+    fc.tuple(fc.integer({ min: 1000, max: maxBytes - 2 }), pick("x", "é", "\\u0000", "🙂")).map(([bytes, unit]) => `"${unit.repeat(Math.floor(bytes / Buffer.byteLength(unit)))}"`),
+  );
 }
 
 export const randomBytes = fc.uint8Array({ maxLength: 200 }).map((bytes) => Buffer.from(bytes));

@@ -8,10 +8,11 @@ import type { AddressInfo } from "node:net";
 import fc from "fast-check";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { withHotRoutes, type HotRoute, type Step } from "../../server/http/hot-routes.ts";
+import { withHotRoutes, type HotRoute } from "../../server/http/hot-routes.ts";
+import type { Step } from "../../server/http/steps.ts";
 import { startServer, type RunningServer } from "../../server/main.ts";
 import { sendRaw, type RawAnswer, type RawRequest } from "./fuzz-http.ts";
-import { startFuzzFixture, type FuzzFixture } from "./fuzz-targets.ts";
+import { FUZZ_AUTH_FAILURES, startFuzzFixture, type FuzzFixture } from "./fuzz-targets.ts";
 
 describe("withHotRoutes", () => {
   const calls: string[] = [];
@@ -85,6 +86,7 @@ describe("the hot routes answer as Express does", () => {
       sync: "normal",
       logger: pino({ level: "silent" }),
       hotRoutes: false,
+      authFailures: FUZZ_AUTH_FAILURES,
     });
   });
   afterAll(async () => {

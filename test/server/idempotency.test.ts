@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiKey } from "../../server/services/api-keys.ts";
+import { lookupOf } from "../../server/services/secrets.ts";
 import { openStore } from "../../server/store/database.ts";
 import { requestFingerprint } from "../../server/services/idempotency.ts";
 import { reserveIdempotencyKey } from "../../server/store/idempotency-store.ts";
@@ -9,6 +11,12 @@ beforeAll(async () => {
   h = await startHarness();
 });
 afterAll(() => h.close());
+
+/** The id of the API key whose secret this is. */
+async function keyIdOf(secret: string): Promise<string> {
+  const row = await h.server.store.db.selectFrom("api_keys").select("id").where("lookup", "=", lookupOf("sk_test_", secret)).executeTakeFirstOrThrow();
+  return row.id;
+}
 
 const body = (h: Harness, externalId: string, status = "present") => ({ session_id: h.sessions.math1, external_id: externalId, status });
 
@@ -92,8 +100,7 @@ describe("Idempotency-Key on writes", () => {
     const key = "held-elsewhere";
     const other = await openStore({ ...h.storeOptions, sync: "normal" });
     try {
-      await reserveIdempotencyKey(other.db, {
-        livemode: 0,
+      await reserveIdempotencyKey(other.db, { livemode: 0, apiKeyId: await keyIdOf(h.keys.write) }, {
         key,
         fingerprint: "fingerprint-of-the-other-request",
         now: new Date().toISOString(),
@@ -114,8 +121,7 @@ describe("Idempotency-Key on writes", () => {
     // Reserve the key exactly as the other process would for this very request.
     const other = await openStore({ ...h.storeOptions, sync: "normal" });
     try {
-      await reserveIdempotencyKey(other.db, {
-        livemode: 0,
+      await reserveIdempotencyKey(other.db, { livemode: 0, apiKeyId: await keyIdOf(h.keys.write) }, {
         key,
         fingerprint: requestFingerprint("POST", "/v1/attendance", request.body),
         now: new Date().toISOString(),
@@ -144,5 +150,39 @@ describe("Idempotency-Key on writes", () => {
     });
     expect(live.status).toBe(201);
     expect(live.body.livemode).toBe(true);
+  });
+
+  it("serves a stored answer only to the API key that stored it: another key's same Idempotency-Key runs on its own", async () => {
+    const key = "same-key-two-api-keys";
+    const first = await h.request("POST", "/v1/attendance", { body: { session_id: h.sessions.art, external_id: "S6", status: "present" }, idempotencyKey: key });
+    expect(first.status).toBe(201);
+    const otherKey = (await createApiKey(h.server.store.db, { mode: "test", scopes: ["attendance:write"], user: "Mr Okafor" })).secret;
+    const other = await h.request("POST", "/v1/attendance", { key: otherKey, body: { session_id: h.sessions.art, external_id: "S6", status: "present" }, idempotencyKey: key });
+    // Its own execution: the record exists, so its create is refused; nothing of the first answer.
+    expect(other.headers.get("idempotent-replayed")).toBeNull();
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe("record_exists");
+    // The first key's retry still gets its own answer.
+    const retry = await h.request("POST", "/v1/attendance", { body: { session_id: h.sessions.art, external_id: "S6", status: "present" }, idempotencyKey: key });
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(retry.body).toEqual(first.body);
+  });
+});
+
+describe("an answer that showed a secret once", () => {
+  it("is replayed without the secret, naming the field it withheld, and the secret is not stored", async () => {
+    const webhooksKey = (await createApiKey(h.server.store.db, { mode: "test", scopes: ["webhooks:write"] })).secret;
+    const request = { key: webhooksKey, body: { url: "http://127.0.0.1:9/hook", enabled_events: ["*"] }, idempotencyKey: "endpoint-with-secret" };
+    const first = await h.request("POST", "/v1/webhook_endpoints", request);
+    expect(first.status).toBe(201);
+    expect(first.body.secret).toMatch(/^whsec_/);
+    const retry = await h.request("POST", "/v1/webhook_endpoints", request);
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get("idempotent-replayed")).toBe("true");
+    expect(retry.headers.get("idempotent-withheld")).toBe("secret");
+    expect(retry.body).toEqual({ ...first.body, secret: null });
+    const stored = await h.server.store.db.selectFrom("idempotency_keys").select("response_body").where("key", "=", "endpoint-with-secret").execute();
+    expect(stored).toHaveLength(1);
+    expect(stored[0]!.response_body).not.toContain(first.body.secret);
   });
 });

@@ -3,7 +3,7 @@
 // survives the process being killed outright.
 import { afterEach, expect, it } from "vitest";
 import { openStore } from "../../server/store/database.ts";
-import { killLeftoverServers, run, serve, stop, tempDirs } from "./cli-process.ts";
+import { killLeftoverServers, run, serve, stop, storeIn, tempDirs } from "./cli-process.ts";
 
 const tempDir = tempDirs("mcp-cli");
 afterEach(killLeftoverServers);
@@ -28,7 +28,7 @@ function toolCaller(url: string, key: string) {
 }
 
 it("keys create --scope pipelines:write gives a key that creates and lists pipelines over /api/mcp", { timeout: 60_000 }, async () => {
-  const dir = tempDir("keys");
+  const dir = await storeIn(tempDir("keys"));
   const key = await createKey(dir);
   expect(key.scopes).toEqual(["pipelines:write"]);
 
@@ -44,7 +44,7 @@ it("keys create --scope pipelines:write gives a key that creates and lists pipel
 });
 
 it("keeps every acknowledged create_pipeline and update_stage after kill -9", { timeout: 60_000 }, async () => {
-  const dir = tempDir("durability");
+  const dir = await storeIn(tempDir("durability"));
   const key = await createKey(dir);
   const { url, child, exited } = await serve(["--data", dir]);
   const call = toolCaller(url, key.secret);

@@ -4,6 +4,8 @@
 // JSON-RPC response; and a refused message (an error or an isError result) changes no row.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MCP_MAX_BODY_BYTES } from "../../server/mcp/mcp-routes.ts";
+import { oversizedJson } from "./fuzz-http.ts";
 import { resultOf, samplePipeline, startMcpHarness, type McpAnswer, type McpHarness } from "./mcp-harness.ts";
 
 let h: McpHarness;
@@ -156,6 +158,18 @@ describe("fuzz of /api/mcp from outside", () => {
       { numRuns: 150 },
     );
   });
+
+  it("oversized JSON (thousands of levels deep, huge arrays, long strings) as the message or as a tool's arguments", async () => {
+    await fc.assert(
+      fc.asyncProperty(oversizedJson(MCP_MAX_BODY_BYTES - 1024), fc.boolean(), async (json, asArguments) => {
+        const before = await h.snapshot();
+        const body = asArguments ? `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_pipeline","arguments":{"stages":${json}}}}` : json;
+        expect(checkAnswer(await h.post(body))).toBe(true);
+        expect(await h.snapshot()).toBe(before);
+      }),
+      { numRuns: 40 },
+    );
+  }, 120_000);
 
   it("well-formed tool calls with random arguments, which sometimes succeed", async () => {
     const outcomes = { succeeded: 0, refused: 0 };

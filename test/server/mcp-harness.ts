@@ -1,7 +1,7 @@
 // The real server on port 0 (harness.ts) plus keys with the pipelines scopes and raw JSON-RPC
 // helpers for POST /api/mcp, so the tool endpoint is tested as a client sees it.
 import { createApiKey } from "../../server/services/api-keys.ts";
-import { startHarness, type Harness } from "./harness.ts";
+import { startHarness, type Harness, type HarnessOptions } from "./harness.ts";
 
 export interface McpHarness extends Harness {
   mcpKeys: { write: string; read: string; liveWrite: string; attendanceOnly: string };
@@ -22,8 +22,8 @@ export interface McpAnswer {
 
 let nextId = 1;
 
-export async function startMcpHarness(): Promise<McpHarness> {
-  const h = await startHarness();
+export async function startMcpHarness(options: HarnessOptions = {}): Promise<McpHarness> {
+  const h = await startHarness(options);
   const key = async (mode: "test" | "live", scopes: string[]) => (await createApiKey(h.server.store.db, { mode, scopes })).secret;
   const mcpKeys = {
     write: await key("test", ["pipelines:write"]),

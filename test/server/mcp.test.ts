@@ -155,7 +155,10 @@ describe("the typical edit (SPEC 4.7)", () => {
       const missing = await client.callTool({ name: "get_pipeline", arguments: { pipeline_id: "pip_00000000000000000000000000" } });
       expect(missing.isError).toBe(true);
       expect((missing.content as { text: string }[])[0]!.text).toContain("No pipeline 'pip_00000000000000000000000000'");
-      await expect(client.callTool({ name: "update_stage", arguments: { stage_id: "not-a-uuid" } })).rejects.toThrow(/stage_id/);
+      // The SDK client speaks 2025-11-25, which takes bad arguments as a tool result the model can act on.
+      const invalid = await client.callTool({ name: "update_stage", arguments: { stage_id: "not-a-uuid" } });
+      expect(invalid.isError).toBe(true);
+      expect((invalid.content as { text: string }[])[0]!.text).toMatch(/stage_id/);
     } finally {
       await client.close();
     }

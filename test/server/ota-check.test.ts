@@ -2,6 +2,7 @@
 // holding its token) can send: each gets a defined answer and changes nothing.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { md5Hex } from "../../firmware/index.ts";
+import { RECHECK_SPREAD, spreadRecheckS } from "../../server/services/load-shaping.ts";
 import { lines, startBadgeHarness, type BadgeHarness } from "./badge-harness.ts";
 
 let h: BadgeHarness;
@@ -34,7 +35,7 @@ describe("with 1.4.0 published to the fleet", () => {
     expect(answer.text).toBe(
       [
         "V1",
-        "S 3600",
+        `S ${spreadRecheckS(3600, h.devices.r1.id)}`,
         "U 1.4.0",
         "B 1.4.0",
         `Z ${image.length}`,
@@ -60,7 +61,7 @@ describe("with 1.4.0 published to the fleet", () => {
     const answer = await h.check(h.devices.r1.token, lines("v=1", `sv=${sv}`, "bat=3.97"));
     expect(answer.status).toBe(200);
     expect(answer.lines).toEqual([
-      { letter: "S", value: "21600" },
+      { letter: "S", value: String(spreadRecheckS(6 * 3600, h.devices.r1.id)) },
       { letter: "N", value: "1.4.0" },
     ]);
   });
@@ -74,7 +75,9 @@ describe("with 1.4.0 published to the fleet", () => {
     const low = await h.check(h.devices.r1.token, lines("v=1", "sv=1.3.0", "bat=3.84", "chg=0"));
     expect(low.status).toBe(200);
     expect(low.get("X")).toMatch(/^battery_low .*3\.84 V/);
-    expect(low.get("S")).toBe("900");
+    // 15 minutes, spread per badge by up to RECHECK_SPREAD (services/load-shaping.ts).
+    expect(Number(low.get("S"))).toBeGreaterThanOrEqual(900);
+    expect(Number(low.get("S"))).toBeLessThan(900 * (1 + RECHECK_SPREAD));
     expect(low.get("U")).toBeUndefined();
     const charging = await h.check(h.devices.r1.token, lines("v=1", "sv=1.3.0", "bat=3.60", "chg=1"));
     expect(charging.get("U")).toBe("1.4.0");

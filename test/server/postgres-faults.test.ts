@@ -6,7 +6,7 @@
 import net from "node:net";
 import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
-import { admin, TEST_POSTGRES_URL } from "./postgres-admin.ts";
+import { TEST_POSTGRES_URL } from "../../scripts/harness/postgres-admin.ts";
 import { startHarness, type Harness } from "./harness.ts";
 
 const FAULT_TIMEOUT = 120_000;
@@ -181,12 +181,14 @@ describe("the database failing while requests run", () => {
     const h = await startHarness();
     harnesses.push(h);
     const database = new URL(h.storeOptions.databaseUrl!).pathname.slice(1);
+    const admin = new pg.Client({ connectionString: TEST_POSTGRES_URL, connectionTimeoutMillis: 10_000 });
+    await admin.connect();
     const answers = await correctWhile(h, async () => {
       for (let i = 0; i < 5; i++) {
-        await admin((client) => client.query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()", [database]));
+        await admin.query("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()", [database]);
         await pause(300);
       }
-    });
+    }).finally(() => admin.end());
     expectOnlyAnswersOrUnavailable(answers);
     await expectRecovered(h);
     await expectWholeHistories(h);

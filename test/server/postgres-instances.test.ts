@@ -2,14 +2,19 @@
 // project only, vitest.config.ts): what SQLite's single writer guaranteed must hold across
 // processes. One Idempotency-Key gives one result; one badge sync marks each tap once; concurrent
 // session moves and corrections leave legal histories; each webhook event goes out once; a
-// release published once is offered by every instance.
+// release published once is offered by every instance; a badge or key revoked anywhere is refused
+// by every instance; a staged rollout created or moved through one instance is followed by every
+// instance's checks. The instances check the change version row only every 10 minutes here, so
+// what empties their caches in these tests is PostgreSQL's notification alone (the version row's
+// bound is tested in change-feed.test.ts, auth.test.ts and rollouts-api.test.ts).
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { buildAppImage, parseResponse } from "../../firmware/index.ts";
 import { WIFI_PASSWORD_ENV } from "../../server/releases/publishing.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { createDevice } from "../../server/services/devices.ts";
+import { rolloutPlace } from "../../server/services/rollout-rules.ts";
 import { importSchool } from "../../server/services/school-import.ts";
 import { openStore, type Store } from "../../server/store/database.ts";
 import { baseEnv, killLeftoverServers, run, serve, tempDirs, type Server } from "./cli-process.ts";
@@ -18,7 +23,14 @@ import { startReceiver, type Receiver } from "./webhook-receiver.ts";
 
 const INSTANCES = 3;
 const MINUTE = 60_000;
-const ENV = { BADGEBENCH_WEBHOOK_POLL_MS: "100", BADGEBENCH_SQLITE_SYNC: "normal" };
+const ENV = {
+  BADGEBENCH_WEBHOOK_POLL_MS: "100",
+  BADGEBENCH_SQLITE_SYNC: "normal",
+  BADGEBENCH_WEBHOOK_LOCAL_TEST_TARGETS: "1",
+  DATABASE_CHANGE_CHECK_MS: String(10 * MINUTE),
+};
+/** How long a test waits for a notification to reach every instance before it fails. */
+const NOTIFICATION_WAIT_MS = 15_000;
 const dirs = tempDirs("instances");
 
 let database: TestDatabase;
@@ -188,7 +200,7 @@ describe("the same badges checking in on every instance at once", () => {
 });
 
 describe("a release published once, on the shared database", () => {
-  it("is offered by every instance on its next check, byte for byte the same image", async () => {
+  it("is offered by every instance once the publish's notification arrives, byte for byte the same image", async () => {
     const check = (server: Server) =>
       fetch(`${server.url}/api/badge/ota/check`, {
         method: "POST",
@@ -208,15 +220,22 @@ describe("a release published once, on the shared database", () => {
     const publisherDir = dirs("publisher");
     const imageFile = path.join(publisherDir, "1.5.0.bin");
     fs.writeFileSync(imageFile, buildAppImage({ version: "1.5.0", size: 64 * 1024 }));
-    const published = await run(["publish", imageFile, "1.5.0", "--data", publisherDir, "--database", database.url, "--json"], {
+    const published = await run(["publish", imageFile, "1.5.0", "--mode", "test", "--data", publisherDir, "--database", database.url, "--json"], {
       env: baseEnv({ [WIFI_PASSWORD_ENV]: "correct-horse-dev-wifi" }),
     });
     expect(published.code, published.stderr).toBe(0);
-    const offers = await onEvery(check);
-    for (const { status, lines } of offers) {
-      expect(status).toBe(200);
-      expect(lines.get("U")).toBe("1.5.0");
-    }
+    // Each instance keeps the manifest it read until the notification empties its cache.
+    const offers = await onEvery((server) =>
+      vi.waitFor(
+        async () => {
+          const answer = await check(server);
+          expect(answer.status).toBe(200);
+          expect(answer.lines.get("U")).toBe("1.5.0");
+          return answer;
+        },
+        { timeout: NOTIFICATION_WAIT_MS, interval: 50 },
+      ),
+    );
     const images = await onEvery(async (server) => {
       const response = await fetch(`${server.url}${offers[0]!.lines.get("P")}`, { headers: { authorization: `Bearer ${badge.token}` }, signal: AbortSignal.timeout(30_000) });
       return { status: response.status, bytes: Buffer.from(await response.arrayBuffer()) };
@@ -226,6 +245,46 @@ describe("a release published once, on the shared database", () => {
       expect(image.bytes.equals(fs.readFileSync(imageFile))).toBe(true);
     }
   }, 120_000);
+});
+
+describe("revocations reach every instance's cache", () => {
+  const checkWith = (server: Server, token: string) =>
+    fetch(`${server.url}/api/badge/ota/check`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "text/plain" },
+      body: "v=1\nsv=1.4.0\nbat=4.1\n",
+      signal: AbortSignal.timeout(30_000),
+    }).then((response) => response.status);
+  const listWith = (server: Server, secret: string) =>
+    fetch(`${server.url}/v1/sessions`, { headers: { authorization: `Bearer ${secret}` }, signal: AbortSignal.timeout(30_000) }).then((response) => response.status);
+  const refusedBy = (server: Server, status: () => Promise<number>) =>
+    vi.waitFor(async () => expect(await status()).toBe(401), { timeout: NOTIFICATION_WAIT_MS, interval: 20 });
+
+  it("a badge revoked through one instance is refused by the others once the notification arrives, and by that one from the next request", async () => {
+    const admin = (await createApiKey(store.db, { mode: "test", scopes: ["devices:write"] })).secret;
+    const revoked = await createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" });
+    // Every instance has the badge's principal in its cache: twice each.
+    for (let i = 0; i < 2; i++) for (const status of await onEvery((server) => checkWith(server, revoked.token))) expect(status).toBe(200);
+    const response = await fetch(`${servers[0]!.url}/v1/devices/${revoked.id}/revoke`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${admin}`, "idempotency-key": `revoke-${revoked.id}` },
+      signal: AbortSignal.timeout(30_000),
+    });
+    expect(response.status).toBe(200);
+    expect(await checkWith(servers[0]!, revoked.token)).toBe(401);
+    await Promise.all(servers.slice(1).map((server) => refusedBy(server, () => checkWith(server, revoked.token))));
+    // Another badge's cached principal is read again, not lost.
+    for (const status of await onEvery((server) => checkWith(server, badge.token))) expect(status).toBe(200);
+  }, 60_000);
+
+  it("an API key revoked by `badgebench keys revoke` in another process is refused by every instance once the notification arrives", async () => {
+    const revoked = await createApiKey(store.db, { mode: "test", scopes: ["attendance:read"] });
+    for (let i = 0; i < 2; i++) for (const status of await onEvery((server) => listWith(server, revoked.secret))) expect(status).toBe(200);
+    const result = await run(["keys", "revoke", revoked.id, "--data", dirs("revoker"), "--database", database.url]);
+    expect(result.code, result.stderr).toBe(0);
+    await Promise.all(servers.map((server) => refusedBy(server, () => listWith(server, revoked.secret))));
+    for (const status of await onEvery((server) => listWith(server, key))) expect(status).toBe(200);
+  }, 60_000);
 });
 
 describe("concurrent moves on different instances", () => {
@@ -348,4 +407,79 @@ describe("an instance killed mid-delivery", () => {
       await own.drop();
     }
   }, 120_000);
+});
+
+describe("a staged rollout moved through one instance", () => {
+  it("is followed by every instance's checks once the notification arrives: created, paused, resumed, advanced, aborted", async () => {
+    const releasesKey = (await createApiKey(store.db, { mode: "test", scopes: ["releases:write"] })).secret;
+    const canary = await createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" });
+    // One badge inside the first stage (50 %) and one outside it.
+    let inside: { id: string; token: string } | undefined;
+    let outside: { id: string; token: string } | undefined;
+    while (!inside || !outside) {
+      const device = await createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" });
+      if (rolloutPlace(device.id) < 50) inside ??= device;
+      else outside ??= device;
+    }
+    const version = "3.1.0";
+    const publisherDir = dirs("rollout-publisher");
+    const imageFile = path.join(publisherDir, `${version}.bin`);
+    fs.writeFileSync(imageFile, buildAppImage({ version, size: 64 * 1024 }));
+    const published = await run(["publish", imageFile, version, "--canary", canary.id, "--mode", "test", "--data", publisherDir, "--database", database.url, "--json"], {
+      env: baseEnv({ [WIFI_PASSWORD_ENV]: "correct-horse-dev-wifi" }),
+    });
+    expect(published.code, published.stderr).toBe(0);
+    // The canary is offered it (once every instance has the publish) and reports it runs it.
+    const offeredBy = async (server: Server, token: string) => {
+      const response = await fetch(`${server.url}/api/badge/ota/check`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "text/plain" },
+        body: "v=1\nsv=1.4.0\nbat=4.1\n",
+        signal: AbortSignal.timeout(30_000),
+      });
+      const answer = parseResponse(await response.text());
+      expect(response.status).toBe(200);
+      return answer.ok && answer.lines.some((line) => line.letter === "U" && line.value === version);
+    };
+    await vi.waitFor(async () => expect(await offeredBy(servers[0]!, canary.token)).toBe(true), { timeout: NOTIFICATION_WAIT_MS, interval: 50 });
+    const report = await fetch(`${servers[0]!.url}/api/badge/sync`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${canary.token}`, "content-type": "text/plain" },
+      body: `v=1\nsv=${version}\nbat=4.1\nchg=1\nota=ok|${version}\n`,
+      signal: AbortSignal.timeout(30_000),
+    });
+    expect(report.status).toBe(200);
+    const act = async (server: Server, path: string, body?: unknown) => {
+      const response = await fetch(`${server.url}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${releasesKey}`, "content-type": "application/json", "idempotency-key": `rollout-${++counter}` },
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(30_000),
+      });
+      expect(response.status, await response.clone().text()).toBeLessThan(300);
+      return (await response.json()) as { id: string; status: string };
+    };
+    /** Every instance offers the release to the badge inside the first stage and the one outside it as given, once the notification arrived. */
+    const everyInstanceOffers = (expected: { inside: boolean; outside: boolean }) =>
+      onEvery((server) =>
+        vi.waitFor(
+          async () => {
+            expect({ inside: await offeredBy(server, inside!.token), outside: await offeredBy(server, outside!.token) }).toEqual(expected);
+          },
+          { timeout: NOTIFICATION_WAIT_MS, interval: 50 },
+        ),
+      );
+    // Every instance has read, and keeps, the mode's absence of an open rollout: twice each.
+    for (let i = 0; i < 2; i++) for (const offered of await onEvery((server) => offeredBy(server, inside!.token))) expect(offered).toBe(false);
+    const rollout = await act(servers[0]!, "/v1/rollouts", { version, stages: [50, 100], min_stage_seconds: 3600 });
+    await everyInstanceOffers({ inside: true, outside: false });
+    await act(servers[1]!, `/v1/rollouts/${rollout.id}/pause`);
+    await everyInstanceOffers({ inside: false, outside: false });
+    await act(servers[2]!, `/v1/rollouts/${rollout.id}/resume`);
+    await everyInstanceOffers({ inside: true, outside: false });
+    await act(servers[0]!, `/v1/rollouts/${rollout.id}/advance`);
+    await everyInstanceOffers({ inside: true, outside: true });
+    await act(servers[1]!, `/v1/rollouts/${rollout.id}/abort`);
+    await everyInstanceOffers({ inside: false, outside: false });
+  }, 180_000);
 });

@@ -4,7 +4,7 @@
 import crypto from "node:crypto";
 import pg from "pg";
 import type { TestProject } from "vitest/node";
-import { dropTestDatabases, TEST_POSTGRES_URL } from "./postgres-admin.ts";
+import { dropTestDatabases, TEST_POSTGRES_URL } from "../../scripts/harness/postgres-admin.ts";
 
 export default async function setup(project: TestProject) {
   const run = crypto.randomBytes(4).toString("hex");

@@ -5,11 +5,13 @@
 import net from "node:net";
 import type { Transaction } from "kysely";
 import { afterEach, describe, expect, it, onTestFinished } from "vitest";
-import { createApiKey } from "../../server/services/api-keys.ts";
+import { createRecords } from "../../server/services/attendance.ts";
+import { createApiKey, type Principal } from "../../server/services/api-keys.ts";
+import { IdempotencyGate } from "../../server/services/idempotency.ts";
 import { importSchool } from "../../server/services/school-import.ts";
-import { openStore } from "../../server/store/database.ts";
+import { openStore, postgresQueriesSent } from "../../server/store/database.ts";
 import type { Database } from "../../server/store/schema.ts";
-import { WriteBatcher } from "../../server/store/write-batcher.ts";
+import { WriteBatcher, type CombinableWrite } from "../../server/store/write-batcher.ts";
 import { baseEnv, killLeftoverServers, run, serve, tempDirs } from "./cli-process.ts";
 import { smallSchool } from "./harness.ts";
 import { createPostgresDatabase } from "./test-database.ts";
@@ -155,17 +157,126 @@ function freePort(): Promise<number> {
   });
 }
 
+/** A write batcher on a new database whose settings `prefix`-1 to -3 are empty, and a write setting one. */
+async function batcherOnSettings(prefix: string) {
+  const database = await createPostgresDatabase();
+  onTestFinished(() => database.drop());
+  const store = await openStore({ dataDir: dirs(prefix), databaseUrl: database.url });
+  onTestFinished(() => store.close());
+  await store.db.insertInto("settings").values([1, 2, 3].map((n) => ({ name: `${prefix}-${n}`, value: "" }))).execute();
+  const set = (name: string) => (trx: Transaction<Database>) => trx.updateTable("settings").set({ value: "set" }).where("name", "=", name).execute();
+  return { store, writes: new WriteBatcher(store.db, store.logSynced), set };
+}
+
 describe("two write batchers on one database, as in two instances", () => {
-  it("runs a group's writes without a lock key first, in arrival order, then by lock key, one key's writes in arrival order", async () => {
+  it("splits a group by lock key into transactions written at once, each running its writes without a lock key first, in arrival order, then by lock key, one key's writes in arrival order", async () => {
     const database = await createPostgresDatabase();
     onTestFinished(() => database.drop());
     const store = await openStore({ dataDir: dirs("ordered"), databaseUrl: database.url });
     onTestFinished(() => store.close());
     const writes = new WriteBatcher(store.db, store.logSynced);
-    const ran: string[] = [];
-    const queue = (name: string, lockKey?: string) => writes.run(async () => void ran.push(name), { lockKey });
+    const ran = new Map<object, string[]>();
+    const queue = (name: string, lockKey?: string) => writes.run(async (trx) => void ran.set(trx, [...(ran.get(trx) ?? []), name]), { lockKey });
     await Promise.all([queue("c1", "device:c"), queue("plain1"), queue("a", "device:a"), queue("c2", "device:c"), queue("b", "device:b"), queue("plain2")]);
-    expect(ran).toEqual(["plain1", "plain2", "a", "b", "c1", "c2"]);
+    // One transaction per key in arrival order (c, a, b), the writes without a key in the first.
+    expect([...ran.values()].sort()).toEqual([["a"], ["b"], ["plain1", "plain2", "c1", "c2"]]);
+  });
+
+  it("runs a group's combinable writes as one statement per kind, outside a transaction, and a kind whose statement fails write by write", async () => {
+    const database = await createPostgresDatabase();
+    onTestFinished(() => database.drop());
+    const store = await openStore({ dataDir: dirs("combined"), databaseUrl: database.url });
+    onTestFinished(() => store.close());
+    const writes = new WriteBatcher(store.db, store.logSynced);
+    await store.db.insertInto("settings").values([{ name: "k-1", value: "" }, { name: "k-2", value: "" }, { name: "k-3", value: "" }]).execute();
+    const statements: string[][] = [];
+    const settingWrite: CombinableWrite<{ name: string; value: string }> = {
+      one: async (db, args) => {
+        if (args.value === "bad") throw new Error("refused");
+        statements.push([`one ${args.name} in a transaction: ${db.isTransaction}`]);
+        await db.updateTable("settings").set({ value: args.value }).where("name", "=", args.name).execute();
+      },
+      many: async (db, list) => {
+        statements.push(list.map((args) => `many ${args.name} in a transaction: ${db.isTransaction}`));
+        if (list.some((args) => args.value === "bad")) throw new Error("refused");
+        for (const args of list) await db.updateTable("settings").set({ value: args.value }).where("name", "=", args.name).execute();
+        return list.map(() => undefined);
+      },
+    };
+    const queue = (name: string, value: string) => writes.runCombinable(settingWrite, { name, value }, { lockKey: name }).then(() => "ok", () => "refused");
+    expect(await Promise.all([queue("k-2", "b"), queue("k-1", "a")])).toEqual(["ok", "ok"]);
+    // One statement for the group, in lock-key order, outside any transaction.
+    expect(statements).toEqual([["many k-1 in a transaction: false", "many k-2 in a transaction: false"]]);
+    statements.length = 0;
+    expect(await Promise.all([queue("k-3", "c"), queue("k-1", "bad")])).toEqual(["ok", "refused"]);
+    // The statement failed for one write: each ran again on its own, and only the bad one failed.
+    expect(statements).toEqual([["many k-1 in a transaction: false", "many k-3 in a transaction: false"], ["one k-3 in a transaction: true"]]);
+    const rows = await store.db.selectFrom("settings").select(["name", "value"]).where("name", "like", "k-%").orderBy("name").execute();
+    expect(rows).toEqual([{ name: "k-1", value: "a" }, { name: "k-2", value: "b" }, { name: "k-3", value: "c" }]);
+    statements.length = 0;
+    // A group mixing combinable writes with another write: the combinable ones are still their
+    // one statement, except one whose lock key the other write has, which keeps its place in the
+    // group's transaction after that write.
+    const plain = writes.run(async (trx) => {
+      statements.push(["plain k-2 in a transaction: true"]);
+      await trx.updateTable("settings").set({ value: "plain" }).where("name", "=", "k-2").execute();
+    }, { lockKey: "k-2" });
+    expect(await Promise.all([queue("k-1", "d"), plain, queue("k-2", "e"), queue("k-3", "f")])).toEqual(["ok", undefined, "ok", "ok"]);
+    expect(statements).toEqual([["many k-1 in a transaction: false", "many k-3 in a transaction: false"], ["plain k-2 in a transaction: true"], ["one k-2 in a transaction: true"]]);
+  });
+
+  it("sends a group's savepoints with its writes' statements, and a write that fails leaves its neighbours' writes", async () => {
+    const { store, writes, set } = await batcherOnSettings("p");
+    const before = postgresQueriesSent();
+    const outcomes = await Promise.allSettled([
+      writes.run(set("p-1")),
+      writes.run((trx) => trx.insertInto("settings").values({ name: "p-2", value: "duplicate" }).execute()),
+      writes.run(set("p-3")),
+    ]);
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    // BEGIN, the three statements, the failed one's ROLLBACK TO, COMMIT: no round trip of their own for the
+    // savepoints and releases (12 when each was one).
+    expect(postgresQueriesSent() - before).toBe(6);
+    const rows = await store.db.selectFrom("settings").select(["name", "value"]).where("name", "like", "p-%").orderBy("name").execute();
+    expect(rows).toEqual([{ name: "p-1", value: "set" }, { name: "p-2", value: "" }, { name: "p-3", value: "set" }]);
+  });
+
+  it("fails only the write that caught its own statement's failure, whose release went out with a neighbour's statement", async () => {
+    const { store, writes, set } = await batcherOnSettings("s");
+    const outcomes = await Promise.allSettled([
+      writes.run(set("s-1")),
+      writes.run(async (trx) => {
+        await set("s-2")(trx);
+        // PostgreSQL has failed the transaction; the write goes on as if nothing happened.
+        await trx.insertInto("settings").values({ name: "s-2", value: "duplicate" }).execute().catch(() => undefined);
+      }),
+      writes.run(set("s-3")),
+    ]);
+    expect(outcomes.map((outcome) => outcome.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    const rows = await store.db.selectFrom("settings").select(["name", "value"]).where("name", "like", "s-%").orderBy("name").execute();
+    expect(rows).toEqual([{ name: "s-1", value: "set" }, { name: "s-2", value: "" }, { name: "s-3", value: "set" }]);
+  });
+
+  it("holds back a write whose lock key a group being written holds, while a write of another key runs beside that group", async () => {
+    const { writes } = await batcherOnSettings("h");
+    const ran: string[] = [];
+    let firstStarted!: () => void;
+    const started = new Promise<void>((resolve) => (firstStarted = resolve));
+    let releaseFirst!: () => void;
+    const held = new Promise<void>((resolve) => (releaseFirst = resolve));
+    const first = writes.run(async () => {
+      ran.push("badge-1 first");
+      firstStarted();
+      await held;
+    }, { lockKey: "device:badge-1" });
+    await started;
+    const second = writes.run(async () => void ran.push("badge-1 second"), { lockKey: "device:badge-1" });
+    await writes.run(async () => void ran.push("badge-2"), { lockKey: "device:badge-2" });
+    // badge-2's group ran and committed while badge-1's first group is still open; badge-1's second write waited.
+    expect(ran).toEqual(["badge-1 first", "badge-2"]);
+    releaseFirst();
+    await Promise.all([first, second]);
+    expect(ran).toEqual(["badge-1 first", "badge-2", "badge-1 second"]);
   });
 
   it("runs again a write that PostgreSQL ended to break a deadlock between their groups, and every write commits once", async () => {
@@ -201,4 +312,56 @@ describe("two write batchers on one database, as in two instances", () => {
     const marks = rows.map((row) => row.value.match(/[ab][12]/g)!.sort());
     expect(marks).toEqual([["a1", "b2"], ["a2", "b1"]]);
   }, 60_000);
+});
+
+describe("API creates arriving together", () => {
+  it("are one read and one write for the group, each create answered as it would be alone, and a create whose student another create took answers record_exists", async () => {
+    const database = await createPostgresDatabase();
+    onTestFinished(() => database.drop());
+    const store = await openStore({ dataDir: dirs("creates"), databaseUrl: database.url });
+    onTestFinished(() => store.close());
+    await importSchool(store.db, smallSchool(), { mode: "test" });
+    const apiKey = await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"] });
+    const [math] = await store.db.selectFrom("sessions").select("id").where("course_code", "=", "MATH").orderBy("starts_at").execute();
+    const gate = new IdempotencyGate(new WriteBatcher(store.db, store.logSynced));
+    const principal: Principal = { keyId: apiKey.id, livemode: 0, scopes: new Set(["attendance:write"]), user: { id: "usr_test", name: "Test" } };
+    const owner = { livemode: 0 as const, apiKeyId: apiKey.id };
+    const create = async (key: string, externalId: string) => {
+      const result = await gate.runGrouped(owner, key, `fingerprint ${key}`, createRecords, { principal, input: { session_id: math!.id, external_id: externalId, status: "present" } });
+      return result as typeof result & { body: any };
+    };
+    const answer = (result: { status: number; body: any }) => ({ status: result.status, code: result.body.error?.code, student: result.body.student?.external_id });
+
+    // Queued in one tick: one group for the reservations, one for the creates.
+    const before = postgresQueriesSent();
+    const first = await Promise.all([create("k1", "S1"), create("k2", "S2"), create("k4", "S9"), create("k5", "S6")]);
+    expect(first.map(answer)).toEqual([
+      { status: 201, code: undefined, student: "S1" },
+      { status: 201, code: undefined, student: "S2" },
+      { status: 404, code: "resource_missing", student: undefined },
+      { status: 400, code: "student_not_enrolled", student: undefined },
+    ]);
+    // The reservations' INSERT, the creates' read, and the statement writing records, events and answers.
+    expect(postgresQueriesSent() - before).toBe(3);
+
+    // S1 has a record already; S3 is asked for twice in one group: the first key (in key order) gets it.
+    const second = await Promise.all([create("k3", "S1"), create("k6", "S3"), create("k7", "S3")]);
+    expect(second.map(answer)).toEqual([
+      { status: 409, code: "record_exists", student: undefined },
+      { status: 201, code: undefined, student: "S3" },
+      { status: 409, code: "record_exists", student: undefined },
+    ]);
+    expect(second[0]!.body.error.message).toContain(first[0]!.body.id);
+    expect(second[2]!.body.error.message).toContain(second[1]!.body.id);
+
+    const records = await store.db.selectFrom("records").select("id").orderBy("id").execute();
+    expect(records.map((r) => r.id)).toEqual([first[0]!.body.id, first[1]!.body.id, second[1]!.body.id].sort());
+    const events = await store.db.selectFrom("events").select("payload").execute();
+    expect(events.map((e) => JSON.parse(e.payload).data.object.id).sort()).toEqual(records.map((r) => r.id));
+    // Every key's answer was stored with what it reports: a retry replays it.
+    const retries = await Promise.all([create("k1", "S1"), create("k5", "S6"), create("k7", "S3")]);
+    expect(retries.map((r) => ({ status: r.status, body: r.body, replayed: r.replayed }))).toEqual(
+      [first[0]!, first[3]!, second[2]!].map((r) => ({ status: r.status, body: r.body, replayed: true })),
+    );
+  });
 });

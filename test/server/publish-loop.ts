@@ -1,5 +1,5 @@
 // A process publishing in a loop, killed with SIGKILL a random moment after its first publish:
-// the crash tests of both release stores (publish.test.ts for files, database-release-store.test.ts
+// the crash tests of both release stores (publish-store.test.ts for files, database-release-store.test.ts
 // for the database) run it, then check what the kill left.
 import { spawn } from "node:child_process";
 import { expect } from "vitest";

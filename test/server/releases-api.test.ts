@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { RELEASE_STORE_KINDS } from "../../server/releases/release-store.ts";
 import { startBadgeHarness, type BadgeHarness } from "./badge-harness.ts";
+import { checkAgainstOpenApi } from "./openapi-check.ts";
 import { canaryReportsOk, HTML_NAME, seedFleet, type SeededFleet } from "./seeded-fleet.ts";
 
 describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
@@ -28,7 +29,9 @@ describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
       body: options.body === undefined ? undefined : typeof options.body === "string" ? options.body : JSON.stringify(options.body),
     });
     const text = await response.text();
-    return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+    const body = text ? JSON.parse(text) : undefined;
+    checkAgainstOpenApi(method, urlPath, response.status, body);
+    return { status: response.status, headers: response.headers, body };
   }
 
   const manifestFleet = async () => (await h.releases.read()).fleet;
@@ -62,10 +65,10 @@ describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
       expect(fleetRelease).toMatchObject({ canary: null, promotion: null });
     });
 
-    it("shows a canary of the other mode by id only", async () => {
+    it("shows a live key none of the test-mode releases", async () => {
       const liveKey = (await createApiKey(h.server.store.db, { mode: "live", scopes: ["releases:read"] })).secret;
       const res = await call("GET", "/v1/releases", { key: liveKey });
-      expect(res.body.data[0].canary).toEqual({ id: fleet.ids.canary, name: null, room: null, model: null, last_report: null });
+      expect(res.body).toMatchObject({ object: "list", livemode: true, fleet: null, data: [] });
     });
 
     it("refuses query parameters it does not know", async () => {
@@ -112,16 +115,18 @@ describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
       expect(await manifestFleet()).toBe("1.4.0");
     });
 
+    const isForce = (body: unknown) => typeof body === "object" && body !== null && (body as { force?: unknown }).force === true;
+
     it("fuzzed bodies and versions get a 4xx and change nothing", async () => {
       await fc.assert(
         fc.asyncProperty(
           fc.oneof(fc.string(), fc.constantFrom("1.5.0", "1.4.0", "..%2F..", "1.5.0%00", "%ZZ")),
-          fc.oneof(fc.jsonValue(), fc.record({ force: fc.anything(), reason: fc.anything() }, { requiredKeys: [] }), fc.string()),
+          // A well-formed force with a reason would really promote 1.5.0 (the tests above cover it) and
+          // leave the file's harness changed for the tests after this one, so the fuzz never sends force: true.
+          fc.oneof(fc.jsonValue(), fc.record({ force: fc.anything(), reason: fc.anything() }, { requiredKeys: [] }), fc.string()).filter((body) => !isForce(body)),
           async (version, body) => {
             const sent = typeof body === "string" ? body : JSON.stringify(body ?? null);
-            // Only a well-formed force with a reason could succeed; the fuzz leaves that to the tests above.
             const res = await call("POST", `/v1/releases/${encodeURIComponent(version)}/promote`, { body: sent });
-            if (res.status === 200) return;
             expect(res.status).toBeGreaterThanOrEqual(400);
             expect(res.status).toBeLessThan(500);
             expect(res.body.error.code).toBeTypeOf("string");
@@ -129,13 +134,11 @@ describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
         ),
         { numRuns: 150 },
       );
-      const promoted = (await h.releases.read()).releases.filter((r) => r.promoted !== null);
-      // A fuzzed {force: true, reason: "..."} may legitimately promote 1.5.0; nothing else can change.
-      expect(promoted.every((r) => r.version === "1.5.0" && r.promoted?.forced)).toBe(true);
+      expect((await h.releases.read()).releases.filter((r) => r.promoted !== null)).toEqual([]);
+      expect(await manifestFleet()).toBe("1.4.0");
     });
 
     it("succeeds once the canary reported ok, records the report, and replays for the same key", async () => {
-      if ((await manifestFleet()) === "1.5.0") return expect.fail("the fuzz forced 1.5.0; this test needs it unpromoted");
       await canaryReportsOk(h, fleet);
       const listed = await call("GET", "/v1/releases", { key: fleet.viewerKey });
       expect(listed.body.data[0]).toMatchObject({

@@ -8,7 +8,7 @@ import express from "express";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { clientMistakeOf } from "../../server/http/error-middleware.ts";
-import type { Step } from "../../server/http/hot-routes.ts";
+import type { Step } from "../../server/http/steps.ts";
 import { jsonBody, textBody } from "../../server/http/request-body.ts";
 import { sendRaw, type RawRequest } from "./fuzz-http.ts";
 
@@ -93,11 +93,14 @@ describe.each(parsers)("the $name body parser", ({ ours, bodyParser, contentType
     await bodyParserServer.close();
   });
 
-  it("reads every request as body-parser does: the same body, or the same client mistake", async () => {
+  it("reads every request as body-parser does: the same body, or the same client mistake; refuses any body over the limit", async () => {
     await fc.assert(
       fc.asyncProperty(requests(contentTypes), async (request) => {
         const [mine, theirs] = await Promise.all([sendRaw(oursServer.url, request), sendRaw(bodyParserServer.url, request)]);
-        expect(mine.body.toString()).toBe(theirs.body.toString());
+        // body-parser leaves a body of another Content-Type unread, and reads a refused one to
+        // its end before it answers; a length over the limit is refused before the body is read.
+        if ((request.body?.length ?? 0) > LIMIT) expect(mine.body.toString()).toBe('{"mistake":"body_too_large"}');
+        else expect(mine.body.toString()).toBe(theirs.body.toString());
       }),
       { seed: 20261125, numRuns: 400 },
     );

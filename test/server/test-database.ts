@@ -4,8 +4,8 @@
 // (default postgres://postgres@127.0.0.1:5432/postgres: the postgres superuser, which .ci/run
 // lets connect over TCP from this machine), created with a random name and dropped at close.
 import crypto from "node:crypto";
-import { inject } from "vitest";
-import { admin, testDatabasePrefix, TEST_POSTGRES_URL } from "./postgres-admin.ts";
+import { testDatabasePrefix, TEST_POSTGRES_URL } from "../../scripts/harness/postgres-admin.ts";
+import { createDatabase, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -23,14 +23,17 @@ export interface TestDatabase {
 
 /** A new empty PostgreSQL database (the URL a server or `openStore` takes) and how to drop it. */
 export async function createPostgresDatabase(): Promise<TestDatabase> {
+  // Imported here, not at the top: test/server/fuzz-http-run.ts runs the badge harness outside
+  // vitest (on SQLite, never reaching this), where importing vitest throws.
+  const { inject } = await import("vitest");
   const name = `${testDatabasePrefix(inject("postgresTestRun"))}${crypto.randomBytes(6).toString("hex")}`;
-  await admin((client) => client.query(`create database ${name}`));
+  await withAdminDatabase(TEST_POSTGRES_URL, (db) => createDatabase(db, name));
   const url = new URL(TEST_POSTGRES_URL);
   url.pathname = `/${name}`;
   return {
     url: url.toString(),
     // FORCE: a server killed by a test may leave its connections behind for a moment.
-    drop: () => admin((client) => client.query(`drop database if exists ${name} with (force)`)).then(() => undefined),
+    drop: () => withAdminDatabase(TEST_POSTGRES_URL, (db) => dropDatabase(db, name)),
   };
 }
 

@@ -1,11 +1,10 @@
 // Webhook endpoint management, the events API and every refused input: over HTTP, against the
 // real server. Names are resolved by an injected resolver, so tests reach loopback only.
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
-import type { Resolver } from "../../server/webhooks/address-guard.ts";
 import { mark, startHarness, type Harness } from "./harness.ts";
-import { startReceiver, type Receiver } from "./webhook-receiver.ts";
+import { namesResolver, startReceiver, type Receiver } from "./webhook-receiver.ts";
 
 // A test DNS: names that point at the addresses live endpoints must never reach.
 const names: Record<string, string> = {
@@ -16,11 +15,7 @@ const names: Record<string, string> = {
   "cgnat.example.test": "100.64.0.1",
   "mapped.example.test": "::ffff:10.0.0.1",
 };
-const resolver: Resolver = async (host) => {
-  const address = names[host];
-  if (!address) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: "ENOTFOUND" });
-  return [{ address, family: address.includes(":") ? 6 : 4 }];
-};
+const resolver = namesResolver(names);
 
 let h: Harness;
 let receiver: Receiver;
@@ -55,7 +50,7 @@ describe("endpoint management", () => {
       disabled_reason: null,
     });
     expect(res.body.id).toMatch(/^whe_[0-9a-z]{26}$/);
-    expect(res.body.secret).toMatch(/^whsec_[A-Za-z0-9_-]{43}$/);
+    expect(res.body.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
     const again = await h.request("GET", `/v1/webhook_endpoints/${res.body.id}`, { key: testKey });
     expect(again.status).toBe(200);
     expect(again.body).not.toHaveProperty("secret");
@@ -158,27 +153,40 @@ describe("events API", () => {
 });
 
 describe("test delivery", () => {
+  // Each test has a receiver of its own: the file's shared one also gets the real events of the
+  // endpoints other tests made, which may arrive at any moment, and its answer is for them too.
+  const ownReceivers: Receiver[] = [];
+  const ownReceiver = async () => {
+    const own = await startReceiver();
+    ownReceivers.push(own);
+    return own;
+  };
+  afterEach(async () => {
+    while (ownReceivers.length) await ownReceivers.pop()!.close();
+  });
+
   it("sends a synthetic event marked as a test and returns what the receiver said", async () => {
-    const { body } = await create({ url: receiver.url, enabled_events: ["attendance.updated"] });
-    receiver.answer = () => ({ status: 200, body: "thanks, got it" });
+    const own = await ownReceiver();
+    const { body } = await create({ url: own.url, enabled_events: ["attendance.updated"] });
+    own.answer = () => ({ status: 200, body: "thanks, got it" });
     const res = await h.request("POST", `/v1/webhook_endpoints/${body.id}/test`, { key: testKey, body: { type: "attendance.recorded" } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ object: "webhook_test_delivery", delivered: true, status_code: 200, error: null, response_body_excerpt: "thanks, got it" });
     expect(res.body.event).toMatchObject({ type: "attendance.recorded", livemode: false, test_delivery: true, object: "event" });
-    const got = receiver.deliveries.at(-1)!;
-    expect(got.event.id).toBe(res.body.event.id);
-    expect(got.event.test_delivery).toBe(true);
+    const got = own.deliveries.filter((d) => d.event.id === res.body.event.id);
+    expect(got).toHaveLength(1);
+    expect(got[0]!.event.test_delivery).toBe(true);
     const log = await h.request("GET", `/v1/webhook_endpoints/${body.id}/attempts`, { key: testKey });
     expect(log.body.data[0]).toMatchObject({ kind: "test", event: res.body.event.id, status_code: 200, outcome: "succeeded" });
   });
 
   it("reports a failing receiver in the answer, not as an API error", async () => {
-    const { body } = await create({ url: receiver.url, enabled_events: ["*"] });
-    receiver.answer = () => ({ status: 500, body: "database down" });
+    const own = await ownReceiver();
+    const { body } = await create({ url: own.url, enabled_events: ["*"] });
+    own.answer = () => ({ status: 500, body: "database down" });
     const res = await h.request("POST", `/v1/webhook_endpoints/${body.id}/test`, { key: testKey, body: { type: "badge.ota_reported" } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ delivered: false, status_code: 500, response_body_excerpt: "database down" });
-    receiver.answer = () => ({ status: 200, body: "ok" });
   });
 
   it("refuses a live key with 403 saying why", async () => {
@@ -207,7 +215,6 @@ describe("bad input", () => {
     { name: "a live name resolving to an IPv4-mapped private address", live: true, body: { url: "https://mapped.example.test/", enabled_events: ["*"] }, code: "url_refused", param: "url" },
     { name: "a name that does not resolve", body: { url: "http://nowhere.example.test/", enabled_events: ["*"] }, code: "url_refused", param: "url" },
     { name: "a test URL naming the metadata address", body: { url: "http://169.254.169.254/", enabled_events: ["*"] }, code: "url_refused", param: "url" },
-    { name: "a test URL naming 10.0.0.1", body: { url: "http://10.0.0.1/", enabled_events: ["*"] }, code: "url_refused", param: "url" },
     { name: "an unknown event type", body: { url: "http://127.0.0.1:9/", enabled_events: ["attendance.deleted"] }, code: "event_type_unknown", param: "enabled_events" },
     { name: "an empty event list", body: { url: "http://127.0.0.1:9/", enabled_events: [] }, code: "parameter_invalid", param: "enabled_events" },
     { name: "no event list", body: { url: "http://127.0.0.1:9/" }, code: "parameter_missing", param: "enabled_events" },

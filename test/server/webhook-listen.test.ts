@@ -1,11 +1,14 @@
 // The receiver side: the exported verifySignature (checked against the test's own SPEC 5
 // signer) and `badgebench webhooks listen` as a real process, fed by the test and by the server.
 import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import path from "node:path";
 import fc from "fast-check";
+import { Webhook } from "standardwebhooks";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { SignatureVerificationError, verifySignature } from "../../server/webhooks/signature.ts";
+import { deliveryHeaders } from "../../server/webhooks/standard-webhooks.ts";
 import { baseEnv, ROOT, run } from "./cli-process.ts";
 import { startHarness, type Harness } from "./harness.ts";
 import { specSign, startReceiver, type Receiver } from "./webhook-receiver.ts";
@@ -81,7 +84,7 @@ afterEach(() => {
 });
 
 function listen(args: string[]): Promise<ListenProcess> {
-  const child = spawn(process.execPath, [path.join(ROOT, "scripts/badgebench.js"), "webhooks", "listen", ...(args.includes("--port") ? [] : ["--port", "0"]), ...args], { cwd: ROOT, env: baseEnv(), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [path.join(ROOT, "scripts/cli/badgebench.js"), "webhooks", "listen", ...(args.includes("--port") ? [] : ["--port", "0"]), ...args], { cwd: ROOT, env: baseEnv(), stdio: ["ignore", "pipe", "pipe"] });
   listeners.push(child);
   let stdout = "";
   let stderr = "";
@@ -150,6 +153,32 @@ describe("badgebench webhooks listen", () => {
     } finally {
       await app.close();
     }
+  }, 30_000);
+
+  it("forwards the Standard Webhooks headers too, so the app behind can verify with the standardwebhooks package", async () => {
+    const secret = `whsec_${randomBytes(32).toString("base64")}`;
+    const app = await startReceiver();
+    try {
+      const l = await listen(["--secret", secret, "--forward-to", app.url]);
+      const headers = deliveryHeaders("evt_1", body, [secret], Math.floor(Date.now() / 1000));
+      const res = await fetch(l.url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
+      expect(res.status).toBe(200);
+      await app.waitFor((d) => d.length === 1);
+      const forwarded = app.deliveries[0]!;
+      const standard = Object.fromEntries(["webhook-id", "webhook-timestamp", "webhook-signature"].map((name) => [name, String(forwarded.headers[name])]));
+      expect(new Webhook(secret).verify(forwarded.raw.toString("utf8"), standard)).toEqual(JSON.parse(body));
+    } finally {
+      await app.close();
+    }
+  }, 30_000);
+
+  it("names the URL and the cause when the app behind is down", async () => {
+    const gone = await startReceiver();
+    await gone.close(); // nothing listens on its port any more
+    const l = await listen(["--secret", SECRET, "--forward-to", gone.url]);
+    expect((await post(l.url, body, specSign(body, SECRET))).status).toBe(200);
+    await until(() => l.stderr().includes("forwarding evt_1"));
+    expect(l.stderr()).toContain(`forwarding evt_1 failed: cannot reach ${gone.url} (connection refused)`);
   }, 30_000);
 
   it("answers 400 to arbitrary bodies and headers and keeps running (fuzz over HTTP)", async () => {

@@ -6,7 +6,17 @@ import http from "node:http";
 import https from "node:https";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
+import type { Resolver } from "../../server/webhooks/address-guard.ts";
 import { ROOT } from "./cli-process.ts";
+
+/** A test DNS over `names` (read at each lookup, so a test may repoint a name); any other name does not resolve. */
+export function namesResolver(names: Record<string, string>): Resolver {
+  return async (host) => {
+    const address = names[host];
+    if (!address) throw Object.assign(new Error(`getaddrinfo ENOTFOUND ${host}`), { code: "ENOTFOUND" });
+    return [{ address, family: address.includes(":") ? 6 : 4 }];
+  };
+}
 
 export const TEST_CERT = fs.readFileSync(path.join(ROOT, "fixtures/webhooks/localhost-cert.pem"), "utf8");
 const TEST_KEY = fs.readFileSync(path.join(ROOT, "fixtures/webhooks/localhost-key.pem"), "utf8");

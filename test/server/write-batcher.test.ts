@@ -8,7 +8,7 @@ import type { Transaction } from "kysely";
 import { afterAll, describe, expect, it } from "vitest";
 import { openStore, type Store } from "../../server/store/database.ts";
 import type { Database } from "../../server/store/schema.ts";
-import { MAX_GROUP_WAIT_MS, WriteBatcher } from "../../server/store/write-batcher.ts";
+import { MAX_GROUP_WAIT_MS, together, WriteBatcher } from "../../server/store/write-batcher.ts";
 
 const dirs: string[] = [];
 const stores: Store[] = [];
@@ -115,5 +115,27 @@ describe("the write batcher", () => {
     const queue = (name: string, lockKey?: string) => writes.run(async () => void ran.push(name), { lockKey });
     await Promise.all([queue("c1", "device:c"), queue("plain1"), queue("a", "device:a"), queue("c2", "device:c"), queue("b", "device:b")]);
     expect(ran).toEqual(["c1", "plain1", "a", "c2", "b"]);
+  });
+});
+
+describe("steps of one write sent together", () => {
+  it("pass on the first failure only once every step has ended, so none sends a statement after the write's savepoint is rolled back", async () => {
+    let finishSlow!: () => void;
+    let slowEnded = false;
+    const slow = new Promise<string>((resolve) => (finishSlow = () => resolve("slow"))).then((value) => {
+      slowEnded = true;
+      return value;
+    });
+    let settled = false;
+    const outcome = together(Promise.reject(new Error("first step failed")), slow).then(
+      () => "resolved",
+      (error: Error) => ((settled = true), `${error.message}; slow step ended: ${slowEnded}`),
+    );
+    // Every callback already queued has run: the failure has not passed on while a step runs.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false);
+    finishSlow();
+    expect(await outcome).toBe("first step failed; slow step ended: true");
+    expect(await together(Promise.resolve(1), Promise.resolve("two"))).toEqual([1, "two"]);
   });
 });

@@ -1,0 +1,76 @@
+// Simulated time for the virtual badge, in milliseconds since the clock was made. It has the
+// shape of xstate's Clock (setTimeout, clearTimeout), so `createActor(machine, { clock })` runs
+// the machine's `after` delays on it: a 30 s deep-sleep delay passes when someone calls
+// advance(), not in wall time.
+// Timers fire in the order they fall due (ties in the order they were set), and `now()` reads
+// each timer's due time while it runs, so whatever it logs carries the right timestamp.
+interface Timer {
+  due: number;
+  order: number;
+  fn: (...args: unknown[]) => void;
+  args: unknown[];
+}
+
+export class VirtualClock {
+  #now = 0;
+  #nextId = 1;
+  #timers = new Map<number, Timer>();
+
+  now(): number {
+    return this.#now;
+  }
+
+  setTimeout(fn: (...args: unknown[]) => void, timeout: number, ...args: unknown[]): number {
+    const id = this.#nextId++;
+    // no closure per timer: the badge client sets one for every chunk a download reads
+    this.#timers.set(id, { due: this.#now + Math.max(0, timeout), order: id, fn, args });
+    return id;
+  }
+
+  clearTimeout(id: number): void {
+    this.#timers.delete(id);
+  }
+
+  /** When the earliest timer falls due, or undefined when none is set. */
+  nextDueAt(): number | undefined {
+    return this.#earliest()?.[1].due;
+  }
+
+  advance(ms: number): void {
+    if (!(ms >= 0)) throw new RangeError(`advance(${ms}): simulated time only moves forward`);
+    this.advanceTo(this.#now + ms);
+  }
+
+  /**
+   * Moves time to `at`, firing every timer due by then, including those set by the timers
+   * themselves. A timer may advance the clock further (hardware charging the time an operation
+   * takes); time never moves back.
+   */
+  advanceTo(at: number): void {
+    for (let next = this.#earliest(); next && next[1].due <= at; next = this.#earliest()) {
+      const [id, timer] = next;
+      this.#timers.delete(id);
+      this.#now = Math.max(this.#now, timer.due);
+      timer.fn(...timer.args);
+    }
+    this.#now = Math.max(this.#now, at);
+  }
+
+  /** Fires timers until none is left; throws when that would take longer than `limitMs`. */
+  runUntilIdle(limitMs = 24 * 3600_000): void {
+    const limit = this.#now + limitMs;
+    for (let due = this.nextDueAt(); due !== undefined; due = this.nextDueAt()) {
+      if (due > limit) throw new Error(`timers are still set ${limitMs} ms after runUntilIdle began (next at ${due} ms)`);
+      this.advanceTo(due);
+    }
+  }
+
+  #earliest(): [number, Timer] | undefined {
+    let best: [number, Timer] | undefined;
+    for (const entry of this.#timers) {
+      const [, timer] = entry;
+      if (!best || timer.due < best[1].due || (timer.due === best[1].due && timer.order < best[1].order)) best = entry;
+    }
+    return best;
+  }
+}

@@ -1,0 +1,97 @@
+// The virtual badge's observation log: everything that changed, `{ t, kind, detail }` in
+// simulated ms and in order, for the checks of a scenario, the reports and a serial console
+// that prints it as it happens. A real badge's console lines become the same observations
+// (hil/serial-target.ts writes its battery lines with `batteryText`).
+import type { CheckAnswer } from "../network/badge-client.ts";
+
+export type ObservationKind =
+  | "input"
+  | "state"
+  | "screen"
+  | "power"
+  | "boot"
+  | "request"
+  | "answer"
+  | "report.stored"
+  | "report.sent"
+  | "report.cleared"
+  | "tap.queued"
+  | "tap.sent"
+  | "tap.cleared"
+  | "token.cleared"
+  | "flash.erase"
+  | "flash.write"
+  | "download"
+  | "signature"
+  | "battery";
+
+export interface Observation {
+  /** simulated ms */
+  t: number;
+  kind: ObservationKind;
+  detail: string;
+}
+
+export class ObservationLog {
+  readonly entries: Observation[] = [];
+  /** the entries again by kind: `runUntil` predicates ask `of(kind)` after every observation, and a download logs hundreds */
+  #byKind = new Map<ObservationKind, Observation[]>();
+  #listeners = new Set<(observation: Observation) => void>();
+  #observed: { promise: Promise<void>; resolve: () => void } | null = null;
+
+  /** `now` stamps each observation: the badge's simulated ms. */
+  constructor(private readonly now: () => number) {}
+
+  observe(kind: ObservationKind, detail: string): void {
+    const observation = { t: this.now(), kind, detail };
+    this.entries.push(observation);
+    const ofKind = this.#byKind.get(kind);
+    if (ofKind) ofKind.push(observation);
+    else this.#byKind.set(kind, [observation]);
+    for (const listener of this.#listeners) listener(observation);
+    this.#observed?.resolve();
+    this.#observed = null;
+  }
+
+  of(kind: ObservationKind): Observation[] {
+    return this.#byKind.get(kind)?.slice() ?? [];
+  }
+
+  /** Calls `listener` with every observation as it is logged; returns the unsubscribe. */
+  onObservation(listener: (observation: Observation) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Resolves at the next observation, so a waiting `runUntil` can look again. */
+  next(): Promise<void> {
+    if (!this.#observed) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((done) => (resolve = done));
+      this.#observed = { promise, resolve };
+    }
+    return this.#observed.promise;
+  }
+}
+
+/** A `battery` observation's detail: `3.950 V, charging` (or `external power`, `battery`). */
+export function batteryText(reading: { volts: number; externalPower: boolean; charging: boolean }): string {
+  const source = reading.charging ? "charging" : reading.externalPower ? "external power" : "battery";
+  return `${reading.volts.toFixed(3)} V, ${source}`;
+}
+
+/** A check `answer` observation's detail, after `check: `. */
+export function describeCheck(answer: CheckAnswer): string {
+  switch (answer.kind) {
+    case "offer":
+      return `offer ${answer.offer.version} (${answer.offer.size} bytes, md5 ${answer.offer.md5})`;
+    case "current":
+      return `current (latest ${answer.latest})`;
+    case "refused":
+      return `refused ${answer.code}`;
+    case "unauthorized":
+      return "401 unauthorized";
+    case "failed":
+      return `failed: ${answer.message}`;
+  }
+}

@@ -1,0 +1,56 @@
+// One worker thread of the fault sweep benchmark (bench-sim-sweep.ts): its own in-process server
+// (scripts/harness/sim-server.ts) on its own data directory, the fleet's release published there,
+// then, on "go", its share of the cases one after another ("done" once its server is closed), each on a fresh device and a fresh
+// virtual badge (badge-sim/runners/fault-sweep.ts), exactly as the sweep plays them in one thread.
+// A crash-on-boot case publishes the crashing release the whole sweep numbers for it, so a case
+// plays the same whichever thread has it.
+import { parentPort, workerData } from "node:worker_threads";
+import { performance } from "node:perf_hooks";
+import { runSweepCase, type SweepCase, type SweepRelease, type SweepResult } from "../../badge-sim/runners/fault-sweep.ts";
+import { startSimServer } from "../harness/sim-server.ts";
+
+/** One case as the sweep numbered it: its place, and for a crash-on-boot case the version of its own crashing release. */
+export interface NumberedCase {
+  index: number;
+  case: SweepCase;
+  crashVersion: string | null;
+}
+
+export interface SweepShard {
+  cases: NumberedCase[];
+  imageBytes: number;
+  stallTimeoutMs: number;
+  fleetVersion: string;
+}
+
+export type SweepWorkerMessage =
+  | { type: "ready"; fleetRelease: SweepRelease }
+  | { type: "case"; index: number; result: SweepResult; wallMs: number }
+  | { type: "done" };
+
+const shard = workerData as SweepShard;
+const port = parentPort!;
+const sim = await startSimServer();
+const fleet = await sim.publish({ version: shard.fleetVersion, size: shard.imageBytes });
+const fleetRelease: SweepRelease = { version: fleet.version, size: fleet.size, md5: fleet.md5, crashOnBoot: false };
+port.once("message", async () => {
+  try {
+    for (const { index, case: c, crashVersion } of shard.cases) {
+      // the device and the crashing release are made inside the case's time, as in one thread
+      const caseStart = performance.now();
+      const device = await sim.addDevice(`sweep-${index + 1}`);
+      let release = fleetRelease;
+      if (crashVersion !== null) {
+        const entry = await sim.publish({ version: crashVersion, size: shard.imageBytes, crashOnBoot: true, canary: device.id });
+        release = { version: entry.version, size: entry.size, md5: entry.md5, crashOnBoot: true };
+      }
+      const result = await runSweepCase(c, { serverUrl: sim.url, token: device.token, deviceId: device.id, apiKey: sim.apiKey, release, stallTimeoutMs: shard.stallTimeoutMs });
+      port.postMessage({ type: "case", index, result, wallMs: performance.now() - caseStart } satisfies SweepWorkerMessage);
+    }
+  } finally {
+    await sim.close();
+  }
+  // after the close, so that the parent waits for the server's data directory to go
+  port.postMessage({ type: "done" } satisfies SweepWorkerMessage);
+});
+port.postMessage({ type: "ready", fleetRelease } satisfies SweepWorkerMessage);

@@ -1,0 +1,462 @@
+// Runs the rig against the reference badge (issue 15): `badgebench hil run` plays scenario files
+// on the C badge of firmware/reference-badge exactly as on a real one. The bench is built here:
+//
+// - the badge: `make` builds the host program; it runs on the device end of a socat pty pair,
+//   and `hil run`'s rig file names the other end as the badge's port;
+// - its power: two Tasmota-style relays on MQTT (`cmnd/<topic>/POWER`, answered on
+//   `stat/<topic>/POWER`; topics `reference-badge-<random>` and `...-usb`), one on its battery
+//   and one on its USB power. The badge process runs
+//   while either is on: the first switched on starts it, the last switched off kills it with
+//   SIGKILL, and the USB relay's state is what the badge's VBUS sense reads (its `--usb` file),
+//   so power cuts, unplugging and plugging in go through hil/power-relay.ts and the broker as on
+//   a real bench;
+// - its bench supply: the volts the scenario starts with (`--mv`), and whether its USB power is
+//   plugged in, charging or not;
+// - its provisioning: the rig file's `provision` command is `reference-badge provision` on its
+//   NVS file, run with both relays off, so `hil run` can give it a revoked token and its own back;
+// - the server: one in this process (scripts/harness/sim-server.ts), publishing what the group's
+//   scenarios say (`server.published`, `server.release`); started again only for a group that
+//   wants other releases than the group before;
+// - the network: the badge's NVS points at the fault proxy `hil run` starts for every scenario.
+//
+// As QA would on a bench, scenarios are played in groups that start the same way (badge version,
+// supply, releases): before each group the server is set up, the badge is flashed with the
+// starting version and provisioned as a new device on it (nvs erased) and the supply set, with
+// the relays off; one `hil run` then switches them on and plays the group. A group ends after a scenario that
+// leaves the badge on another version (the next needs a flash) or ends with a failed update (it
+// may leave a download checkpoint in NVS, which the next scenario would resume from).
+//
+// Usage: npx tsx scripts/cli/reference-badge-rig.ts [SCENARIOS...] [--json] [--link-kib-s 64] [--clock-factor 1] [--work DIR]
+// (default: every file in fixtures/scenarios; --work keeps the flash, NVS, badge log and
+// transcripts in DIR; --clock-factor runs the badge's clock that many times faster than the wall,
+// and the rig file says so, so `hil run` scales its waits). Exit 1 when a scenario failed or errored.
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { parseArgs } from "node:util";
+import mqtt, { type MqttClient } from "mqtt";
+import { loadScenario, startingPower, type Scenario } from "../../badge-sim/runners/scenario.ts";
+import { buildAppImage } from "../../firmware/index.ts";
+import { leavesBench } from "../../hil/farm.ts";
+import { openPtyPair } from "../../hil/pty-pair.ts";
+import { TOKEN_PLACEHOLDER } from "../../hil/rig-file.ts";
+import { CLI, ROOT } from "../bench/bench-common.ts";
+import { scenarioFiles, simReleaseOf } from "./sim-run.ts";
+import { scenarioPublicKey, type ScenarioKeyName } from "../../badge-sim/runners/scenario-keys.ts";
+import { startSimServer, type SimServer } from "../harness/sim-server.ts";
+import { counted } from "../../badge-sim/reports/text.ts";
+
+export const BADGE_DIR = path.join(ROOT, "firmware/reference-badge");
+const BADGE = path.join(BADGE_DIR, "build/reference-badge");
+// Topics of this run's own: on a shared broker, another bench's commands must not switch this badge.
+const RELAY_TOPIC = `reference-badge-${crypto.randomBytes(4).toString("hex")}`;
+const USB_RELAY_TOPIC = `${RELAY_TOPIC}-usb`;
+/** the badge's starting image; the fleet's older releases are only there to be known */
+export const IMAGE_BYTES = 256 * 1024;
+export const HISTORY_IMAGE_BYTES = 64 * 1024;
+
+/** What the badge is flashed with and powered from when a scenario starts, what its server publishes, and how fast its clock runs. */
+export interface Bench {
+  version: string;
+  mv: number;
+  power: "battery" | "external" | "charging";
+  published: string[];
+  release: Scenario["server"]["release"];
+  clockFactor: number;
+  /** the release keys the flashed firmware trusts */
+  trustedKeys: ScenarioKeyName[];
+  /** the badge waits in the partition switch for its power to be cut (holdSwitchArgs): the scenario cuts it there */
+  holdSwitch: boolean;
+}
+
+/**
+ * How long (wall ms) the badge waits in the partition switch, after the otadata erase, for a cut
+ * during the switch (`--hold-switch`, host.c): the relay's latency must stay below it. Without it
+ * the switch's window is the 45 ms erase, 4.5 ms at 10x, shorter than a relay on a busy machine.
+ */
+export const SWITCH_HOLD_WALL_MS = 1000;
+
+/** `--hold-switch` for a badge whose clock runs `clockFactor` times faster: SWITCH_HOLD_WALL_MS of wall time. */
+export const holdSwitchArgs = (clockFactor: number) => ["--hold-switch", String(SWITCH_HOLD_WALL_MS * clockFactor)];
+
+/**
+ * A scenario's bench. Every one runs at the rig's clock factor: a cut at a byte lands on time at
+ * any speed (the fault proxy holds the download at the end of the cut's window until the power is
+ * gone: hil/target-strategies.ts, RelayPower.armBrownout); a cut during the partition switch has
+ * no bytes to hold, so its badge waits in the switch (holdSwitchArgs) until the cut comes.
+ */
+export function benchFor(scenario: Scenario, clockFactor = 1): Bench {
+  const { badge, server } = scenario;
+  return {
+    version: badge.version,
+    mv: Math.round(badge.battery.volts * 1000),
+    power: startingPower(scenario),
+    published: server.published,
+    release: server.release,
+    clockFactor,
+    trustedKeys: badge.trustedKeys,
+    holdSwitch: scenario.faults.power.some((fault) => "during" in fault),
+  };
+}
+
+const sameBench = (a: Bench, b: Bench) => JSON.stringify(a) === JSON.stringify(b);
+
+/** Consecutive scenarios with the same bench, cut after one that ends on another version or with a failed update. */
+export function groupScenarios(scenarios: Scenario[], clockFactor = 1): Array<{ bench: Bench; scenarios: Scenario[] }> {
+  const groups: Array<{ bench: Bench; scenarios: Scenario[]; closed: boolean }> = [];
+  for (const scenario of scenarios) {
+    const bench = benchFor(scenario, clockFactor);
+    const last = groups.at(-1);
+    if (last && !last.closed && sameBench(last.bench, bench)) last.scenarios.push(scenario);
+    else groups.push({ bench, scenarios: [scenario], closed: false });
+    // the farm's rule too: after one that ends on another version or with a failed update's
+    // download checkpoint in NVS (issue 23), the next starts from a fresh flash and NVS
+    if (leavesBench(scenario)) groups.at(-1)!.closed = true;
+  }
+  return groups.map(({ bench, scenarios: group }) => ({ bench, scenarios: group }));
+}
+
+/** What USB power gives the badge when its relay is on: the `--usb` file's word. */
+export type UsbSupply = "charging" | "external";
+
+export interface ProcessRelayOptions {
+  brokerUrl: string;
+  /** the battery relay's topic */
+  topic: string;
+  /** the USB power relay's topic */
+  usbTopic: string;
+  /** the badge's `--usb` file: `charging` or `external` while the USB relay is on, `none` while off */
+  usbFile: string;
+  /** a bench supply file (`<mv> <power>`, as a farm's setup command writes it): USB power is `external` when its power word says so; else `usbSupply` */
+  supplyFile?: string;
+  start: () => ChildProcess;
+}
+
+/**
+ * Two relays as Tasmota speaks them, powering one process: the badge runs while the battery or
+ * the USB relay is on (switching one on starts it if it is not running), and switching the last
+ * one off kills it with SIGKILL (a power cut). The USB relay's state is written to the badge's
+ * `--usb` file, which it reads as its VBUS sense. ON, OFF, or an empty command (a question) on
+ * `cmnd/<topic>/POWER`; every answer is a non-retained `stat/<topic>/POWER`. Commands are handled
+ * one at a time, in the order they came.
+ */
+export class ProcessRelay {
+  readonly topics: { battery: string; usb: string };
+  /** process starts and kills that MQTT commands made (a power cut is one kill) */
+  readonly switched = { on: 0, off: 0 };
+  /** what USB power is while plugged in (set per group of scenarios) */
+  usbSupply: UsbSupply = "charging";
+  #client: MqttClient;
+  #options: ProcessRelayOptions;
+  #contacts = { battery: false, usb: false };
+  #child: ChildProcess | null = null;
+  #exited: Promise<void> = Promise.resolve();
+  #queue: Promise<void> = Promise.resolve();
+  /** what the `--usb` file holds */
+  #usbSense = "";
+
+  private constructor(client: MqttClient, options: ProcessRelayOptions) {
+    this.#client = client;
+    this.#options = options;
+    this.topics = { battery: options.topic, usb: options.usbTopic };
+  }
+
+  static async connect(options: ProcessRelayOptions): Promise<ProcessRelay> {
+    const client = await mqtt.connectAsync(options.brokerUrl, { connectTimeout: 5000, reconnectPeriod: 0 });
+    const relay = new ProcessRelay(client, options);
+    relay.#writeUsb();
+    const contactOf: Record<string, "battery" | "usb"> = { [`cmnd/${options.topic}/POWER`]: "battery", [`cmnd/${options.usbTopic}/POWER`]: "usb" };
+    client.on("message", (received, payload) => {
+      const contact = contactOf[received];
+      if (!contact) return;
+      relay.#queue = relay.#queue.then(() => relay.#command(contact, payload.toString().trim().toUpperCase()));
+    });
+    await client.subscribeAsync(Object.keys(contactOf), { qos: 1 });
+    return relay;
+  }
+
+  /** the badge process runs */
+  get isOn(): boolean {
+    return this.#child !== null;
+  }
+
+  /** Switches one relay; resolves once the process has started or is gone, as that switch makes it. */
+  async set(contact: "battery" | "usb", on: boolean): Promise<void> {
+    this.#contacts[contact] = on;
+    const powered = this.#contacts.battery || this.#contacts.usb;
+    if (!powered) await this.#kill();
+    // the VBUS sense follows the USB relay; a process killed first never saw it go
+    this.#writeUsb();
+    if (powered) this.#start();
+  }
+
+  /** Both relays off: the process is gone before this resolves. */
+  async off(): Promise<void> {
+    await this.set("battery", false);
+    await this.set("usb", false);
+  }
+
+  async close(): Promise<void> {
+    await this.#queue;
+    await this.off();
+    await this.#client.endAsync();
+  }
+
+  /**
+   * Writes the VBUS sense when it changes, replacing the file at once: the badge reads it before
+   * every read of a download, and a file caught truncated would read as USB power gone.
+   */
+  #writeUsb(): void {
+    const supply = this.#options.supplyFile ? readSupply(this.#options.supplyFile).usb : this.usbSupply;
+    const sense = `${this.#contacts.usb ? supply : "none"}\n`;
+    if (sense === this.#usbSense) return;
+    fs.writeFileSync(`${this.#options.usbFile}.new`, sense);
+    fs.renameSync(`${this.#options.usbFile}.new`, this.#options.usbFile);
+    this.#usbSense = sense;
+  }
+
+  #start(): void {
+    if (this.#child) return;
+    const child = this.#options.start();
+    this.#child = child;
+    this.#exited = new Promise((resolve) => child.once("close", () => resolve()));
+    child.once("close", () => {
+      if (this.#child === child) this.#child = null;
+    });
+    // a badge that cannot start stays off, as a relay whose load is missing
+    child.once("error", (error) => console.error(`reference-badge-rig: the badge did not start: ${error.message}`));
+  }
+
+  async #kill(): Promise<void> {
+    const child = this.#child;
+    if (!child) return;
+    child.kill("SIGKILL");
+    await this.#exited;
+    this.#child = null;
+  }
+
+  async #command(contact: "battery" | "usb", payload: string): Promise<void> {
+    const wasOn = this.isOn;
+    if (payload === "ON" || payload === "OFF") await this.set(contact, payload === "ON");
+    if (this.isOn && !wasOn) this.switched.on++;
+    if (!this.isOn && wasOn) this.switched.off++;
+    // not waited for: the next command (the other relay of a cut) is switched at once, as by a relay
+    this.#client.publish(`stat/${this.topics[contact]}/POWER`, this.#contacts[contact] ? "ON" : "OFF", { qos: 1, retain: false });
+  }
+}
+
+/** A bench supply file: the battery's mV and what USB power gives (3950 charging when there is none yet). */
+export function readSupply(file: string): { mv: number; usb: UsbSupply } {
+  const [mv, power] = fs.existsSync(file) ? fs.readFileSync(file, "utf8").trim().split(/\s+/) : [];
+  return { mv: Number(mv) || 3950, usb: power === "external" ? "external" : "charging" };
+}
+
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** One scenario's line of `hil run --json`. */
+export interface HilScenarioResult {
+  file: string;
+  name: string;
+  outcome: "passed" | "failed" | "skipped" | "error";
+  message: string | null;
+  wall_ms: number;
+  checks: Array<{ field: string; expected: unknown; observed: unknown; passed: boolean }>;
+  /** the badge clock's factor it ran at (set by runReferenceRig) */
+  clock_factor?: number;
+}
+
+export interface ReferenceRigRun {
+  results: HilScenarioResult[];
+  /** hil run processes started, one per group */
+  groups: number;
+  /** how often MQTT commands started and killed the badge process (a power cut is one off) */
+  relay: { on: number; off: number };
+  wallMs: number;
+}
+
+export interface ReferenceRigOptions {
+  files: string[];
+  /** the badge's download speed, KiB/s of badge time (a badge on Wi-Fi: 64) */
+  linkKibS?: number;
+  /** how many times faster than the wall the badge's clock runs (1: real time) */
+  clockFactor?: number;
+  brokerUrl?: string;
+  /** where the work directory goes (default: a temporary one, removed after) */
+  workDir?: string;
+  /** hears each group's progress */
+  onGroup?: (index: number, count: number, bench: Bench, files: string[]) => void;
+}
+
+export async function runReferenceRig(options: ReferenceRigOptions): Promise<ReferenceRigRun> {
+  const started = performance.now();
+  // hil run works in the work directory, so it gets the files by their absolute paths
+  const scenarios = scenarioFiles(options.files).map((file) => ({ ...loadScenario(file), file: path.resolve(file) }));
+  const linkKibS = options.linkKibS ?? 64;
+  const groups = groupScenarios(scenarios, options.clockFactor ?? 1);
+  execFileSync("make", ["--no-print-directory", "-C", BADGE_DIR, "build/reference-badge"], { stdio: ["ignore", "ignore", "inherit"] });
+
+  const work = options.workDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "reference-badge-rig-"));
+  fs.mkdirSync(work, { recursive: true });
+  const flash = path.join(work, "flash.bin");
+  const nvs = path.join(work, "nvs.txt");
+  const badgeLog = fs.openSync(path.join(work, "badge.log"), "a");
+  const pair = await openPtyPair();
+  let relay: ProcessRelay | null = null;
+  let server: SimServer | null = null;
+  /** what the server running now published (groups that want the same play on it) */
+  let lastServerSetup = "";
+  const results: HilScenarioResult[] = [];
+  try {
+    const proxyPort = await freePort();
+    const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
+    // the battery's volts, the clock factor and the switch hold: set per group
+    const supply = { mv: 3950, clockFactor: 1, holdSwitch: false };
+    const usbFile = path.join(work, "usb.txt");
+    relay = await ProcessRelay.connect({
+      brokerUrl,
+      topic: RELAY_TOPIC,
+      usbTopic: USB_RELAY_TOPIC,
+      usbFile,
+      start: () =>
+        spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(supply.mv), "--usb", usbFile, "--link-kib-s", String(linkKibS), "--clock-factor", String(supply.clockFactor), ...(supply.holdSwitch ? holdSwitchArgs(supply.clockFactor) : [])], {
+          stdio: ["ignore", badgeLog, badgeLog],
+        }),
+    });
+    const badgeUrl = `http://127.0.0.1:${proxyPort}`;
+    for (const [index, group] of groups.entries()) {
+      const files = group.scenarios.map((scenario) => scenario.file);
+      options.onGroup?.(index, groups.length, group.bench, files);
+      await relay.off();
+      const { bench } = group;
+      supply.mv = bench.mv;
+      supply.clockFactor = bench.clockFactor;
+      supply.holdSwitch = bench.holdSwitch;
+      // plugged in later, a badge that starts on its battery charges
+      relay.usbSupply = bench.power === "external" ? "external" : "charging";
+      // the server as the group's scenarios say: the fleet's history, then the release; the one
+      // before it when that published the same (each group is a new device on it all the same)
+      const serverSetup = JSON.stringify({ published: bench.published, release: bench.release && simReleaseOf(group.scenarios[0]!) });
+      if (!server || serverSetup !== lastServerSetup) {
+        await server?.close();
+        server = await startSimServer();
+        for (const version of bench.published) await server.publish({ version, size: HISTORY_IMAGE_BYTES });
+        if (bench.release) await server.publish(simReleaseOf(group.scenarios[0]!));
+        lastServerSetup = serverSetup;
+      }
+      const image = path.join(work, `badge-${bench.version}.bin`);
+      fs.writeFileSync(image, buildAppImage({ version: bench.version, size: IMAGE_BYTES, trustedKeys: bench.trustedKeys.map(scenarioPublicKey) }));
+      execFileSync(BADGE, ["flash", "--flash", flash, image], { stdio: "ignore" });
+      const device = await server.addDevice(`reference badge, group ${index + 1}`);
+      execFileSync(BADGE, ["provision", "--nvs", nvs, "--server", badgeUrl, "--token", device.token], { stdio: "ignore" });
+      // The relays stay off: `hil run` switches them on as its first scenario starts (USB power
+      // as the scenario says), so the badge boots as the rig watches, however long it takes to
+      // start (an accelerated badge sleeps after 30 s of its own time).
+      const rig = path.join(work, "rig.json");
+      fs.writeFileSync(
+        rig,
+        JSON.stringify({
+          name: "reference-badge",
+          port: pair.host,
+          clockFactor: bench.clockFactor,
+          trustedKeys: bench.trustedKeys,
+          power: { broker: brokerUrl, topic: RELAY_TOPIC },
+          usbPower: { broker: brokerUrl, topic: USB_RELAY_TOPIC },
+          provision: { command: [BADGE, "provision", "--nvs", nvs, "--server", badgeUrl, "--token", TOKEN_PLACEHOLDER], powerOff: true },
+          server: { url: `${server.url}/`, deviceToken: device.token, dataDir: server.dataDir },
+          proxy: { host: "127.0.0.1", port: proxyPort },
+        }),
+      );
+      results.push(...(await hilRun(files, rig, work)).map((result) => ({ ...result, clock_factor: bench.clockFactor })));
+    }
+  } finally {
+    await relay?.close();
+    await pair.close();
+    await server?.close();
+    fs.closeSync(badgeLog);
+    if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
+  }
+  return { results, groups: groups.length, relay: relay ? { ...relay.switched } : { on: 0, off: 0 }, wallMs: performance.now() - started };
+}
+
+/** `badgebench hil run FILES --rig RIG --json` in `cwd` (its transcripts go to cwd/var/transcripts). */
+async function hilRun(files: string[], rig: string, cwd: string): Promise<HilScenarioResult[]> {
+  const child = spawn(process.execPath, [CLI, "hil", "run", ...files, "--rig", rig, "--json"], { cwd, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+  child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+  const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+  try {
+    return (JSON.parse(stdout) as { results: HilScenarioResult[] }).results;
+  } catch {
+    throw new Error(`hil run exited ${code} without its JSON report:\n${stderr || stdout}`);
+  }
+}
+
+async function main(): Promise<void> {
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: {
+      json: { type: "boolean", default: false },
+      "link-kib-s": { type: "string", default: "64" },
+      "clock-factor": { type: "string", default: "1" },
+      work: { type: "string" },
+    },
+  });
+  const linkKibS = Number(values["link-kib-s"]);
+  if (!(Number.isInteger(linkKibS) && linkKibS > 0)) throw new Error("--link-kib-s takes a whole number of KiB/s above 0");
+  const clockFactor = Number(values["clock-factor"]);
+  if (!(Number.isInteger(clockFactor) && clockFactor >= 1 && clockFactor <= 1000)) throw new Error("--clock-factor takes a whole number from 1 to 1000");
+  const run = await runReferenceRig({
+    files: positionals.length > 0 ? positionals : [path.join(ROOT, "fixtures/scenarios")],
+    linkKibS,
+    clockFactor,
+    workDir: values.work && path.resolve(values.work),
+    onGroup: (index, count, bench, files) => {
+      if (!values.json) console.error(`group ${index + 1}/${count}: ${bench.version}, ${bench.mv} mV, ${bench.power}, clock ${bench.clockFactor}x${bench.holdSwitch ? ", switch held" : ""}: ${files.map((file) => path.basename(file)).join(", ")}`);
+    },
+  });
+  const count = (outcome: HilScenarioResult["outcome"]) => run.results.filter((result) => result.outcome === outcome).length;
+  const summary = {
+    scenarios: run.results.length,
+    passed: count("passed"),
+    failed: count("failed"),
+    errors: count("error"),
+    skipped: count("skipped"),
+    groups: run.groups,
+    relay: run.relay,
+    clock_factor: clockFactor,
+    wall_ms: Math.round(run.wallMs),
+    machine: `${os.cpus().length} cores, node ${process.version}`,
+  };
+  if (values.json) {
+    console.log(JSON.stringify({ object: "reference_badge_rig", ...summary, results: run.results }));
+  } else {
+    for (const result of run.results) {
+      const failed = result.checks.filter((check) => !check.passed).map((check) => `${check.field}: expected ${JSON.stringify(check.expected)}, observed ${JSON.stringify(check.observed)}`);
+      console.log(`${result.outcome.toUpperCase().padEnd(7)} ${result.name} (${Math.round(result.wall_ms)} ms)${result.message ? `: ${result.message}` : ""}${failed.length ? `\n  ${failed.join("\n  ")}` : ""}`);
+    }
+    console.log(
+      `${counted(summary.scenarios, "scenario")} on the reference badge: ${summary.passed} passed, ${summary.failed} failed, ${counted(summary.errors, "error")}, ${summary.skipped} skipped; ` +
+        `${counted(summary.groups, "hil run")}, relay ${counted(summary.relay.off, "time")} off; ${(summary.wall_ms / 1000).toFixed(1)} s wall, badge clock at ${clockFactor}x (${summary.machine})`,
+    );
+  }
+  process.exitCode = summary.failed + summary.errors > 0 ? 1 : 0;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === path.resolve(import.meta.filename)) {
+  main().catch((error: unknown) => {
+    console.error(`reference-badge-rig: ${(error as Error).message}`);
+    process.exitCode = 1;
+  });
+}
