@@ -356,6 +356,9 @@ export class SerialConsole {
       clearInterval(this.#presence);
       // Closing can fail only for a port that is already gone, which is what we want anyway.
       if (this.#port.isOpen) await new Promise<void>((resolve) => this.#port.close(() => resolve()));
+      // A port that began closing on its own (a disconnect) says it is not open, yet holds its
+      // descriptor and lock until that close ends: the next session's open would find it busy.
+      else if (this.#port.closing) await closeEnded(this.#port);
       this.transcript.note(why);
       if (this.#transcriptPath === undefined) return;
       try {
@@ -389,6 +392,19 @@ export class SerialConsole {
     const lines = [...this.#recent.map((line) => `  ${JSON.stringify(line)}`), ...(unfinished ? [`  ${JSON.stringify(unfinished)} (no line end yet)`] : [])];
     return lines.length === 0 ? "Nothing was received." : `Last lines received:\n${lines.join("\n")}`;
   }
+}
+
+/** Resolves when a close under way ends, whether it ended well or with an error. */
+function closeEnded(port: SerialPortStream): Promise<void> {
+  return new Promise((resolve) => {
+    const ended = () => {
+      port.off("close", ended);
+      port.off("error", ended);
+      resolve();
+    };
+    port.on("close", ended);
+    port.on("error", ended);
+  });
 }
 
 function checkOptions(options: SerialConsoleOptions): void {

@@ -420,3 +420,42 @@ describe("replaying a transcript", () => {
     expect(() => createReplayTarget(new Transcript(), { speed: 0 })).toThrow(new TypeError("speed 0 must be more than 0 (Infinity plays without waiting)"));
   });
 });
+
+describe("closing a port that is already closing", () => {
+  it("close() returns once a close the port began on its own (a disconnect) has ended: until then the port is still held", async () => {
+    const path = `/dev/ttyMOCK${++mockPorts}`;
+    MockBinding.createPort(path, {});
+    let unplug!: (error: Error) => void;
+    const unplugged = new Promise<never>((_, reject) => (unplug = reject));
+    unplugged.catch(() => {});
+    // the binding's close waits for the test, as bindings-cpp's waits for the kernel on a busy machine
+    let letCloseEnd!: () => void;
+    const closeMayEnd = new Promise<void>((resolve) => (letCloseEnd = resolve));
+    const binding: SerialBinding = {
+      list: () => MockBinding.list(),
+      async open(options) {
+        const port = await MockBinding.open(options);
+        const [read, close] = [port.read.bind(port), port.close.bind(port)];
+        port.read = (...args) => Promise.race([read(...args), unplugged]);
+        port.close = async () => {
+          await closeMayEnd;
+          await close();
+        };
+        return port;
+      },
+    };
+    const serial = await SerialConsole.open({ port: path, binding });
+    unplug(Object.assign(new Error("EIO: i/o error, read"), { code: "EIO" }));
+    let closed = false;
+    // the stream began closing when the read failed; close() is called while that close is under way
+    await new Promise((resolve) => setImmediate(resolve));
+    const closing = serial.close().then(() => (closed = true));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(closed).toBe(false);
+    letCloseEnd();
+    await closing;
+    // the port is free again: the next session opens it
+    const next = await SerialConsole.open({ port: path, binding: MockBinding });
+    await next.close();
+  });
+});
