@@ -50,9 +50,11 @@ export default defineConfig({
     maxWorkers: Math.max(os.availableParallelism() - 1, MIN_WORKERS),
     // With three workers on two cores a test that spawns a process (tsx, make, the CLI) may wait
     // its turn for seconds: vitest's default 5 s per test and 10 s per hook fail such a test for
-    // the machine's load, not for what it checks. A test that needs longer still says so.
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // the machine's load, not for what it checks. A timeout here catches a hang, never a slow
+    // machine: at load 15 a test that spawns six processes took 30 s. A test that needs longer
+    // still says so.
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
     globalSetup: ["test/cli-bundle-setup.ts"],
     projects: [
       { extends: true, test: { name: "sqlite", include: configDefaults.include, exclude: [...configDefaults.exclude, "test/server/postgres-*.test.ts"] } },

@@ -10,7 +10,7 @@ import { launchBrowser, screenshot, type Browser } from "./browser.ts";
 // A browser round trip takes longer than vitest's default 5 s on a busy 2-core machine.
 vi.setConfig({ testTimeout: 30_000 });
 // A click's POST, the reload and the render take longer than expect.poll's default 1 s there too.
-const UNTIL_SHOWN = { timeout: 20_000 };
+const UNTIL_SHOWN = { timeout: 120_000 };
 
 const FIRST_STAGE = 10;
 let f: RolloutFixture;

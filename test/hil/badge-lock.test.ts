@@ -60,7 +60,7 @@ describe("the badge lock", () => {
     const holder = spawn(process.execPath, [SCRIPT, "hil", "run", HAPPY, "--rig", rig, "--retries", "5"], { cwd: dir, env, stdio: "ignore" });
     cleanups.push(() => void holder.kill("SIGKILL"));
     const file = lockFileFor(pair.host);
-    await expect.poll(() => readHolder(file)?.pid, { timeout: 30_000 }).toBe(holder.pid);
+    await expect.poll(() => readHolder(file)?.pid, { timeout: 120_000 }).toBe(holder.pid);
 
     const second = await run(["hil", "run", HAPPY, "--rig", rig], { cwd: dir, env });
     expect(second.code).toBe(4);

@@ -147,7 +147,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     await importSchool(db, smallSchool(), { mode: "test" });
     releases = new DatabaseReleaseStore(db, 0);
     src = tempDir("src");
-  }, 30_000);
+  }, 120_000);
   afterAll(() => backend?.close());
 
   it("is what openReleaseStores picks for PostgreSQL; SQLite keeps files unless asked", () => {
@@ -416,7 +416,7 @@ describe("the publish lock on PostgreSQL", () => {
     } finally {
       await database.drop();
     }
-  }, 30_000);
+  }, 120_000);
 
   it("a publish gives up with ReleaseLockedError when the lock stays held, and changes nothing", async () => {
     const database = await createMultiClientDatabase("lock");
@@ -438,5 +438,5 @@ describe("the publish lock on PostgreSQL", () => {
     } finally {
       await database.drop();
     }
-  }, 30_000);
+  }, 120_000);
 });

@@ -11,7 +11,7 @@ import { baseEnv, DB_FILE, run, type RunResult } from "./cli-process.ts";
 import { startHarness, type Harness } from "./harness.ts";
 import { TEST_STORE } from "./test-database.ts";
 
-const CLI_TIMEOUT = { timeout: 30_000 };
+const CLI_TIMEOUT = { timeout: 120_000 };
 
 type DeviceJson = DeviceView & { token?: string };
 
@@ -32,7 +32,7 @@ describe("badgebench devices", () => {
   beforeAll(async () => {
     // The harness imports the small school (room R1) in both modes and serves the data directory.
     h = await startHarness();
-  }, 30_000);
+  }, 120_000);
   afterAll(async () => {
     await h?.close();
   });

@@ -398,7 +398,7 @@ describe("an instance killed mid-delivery", () => {
       expect(new Set(retried.map((d) => d.event.id))).toEqual(new Set(hangingReceiver.deliveries.slice(0, 3).map((d) => d.event.id)));
       expect(Math.min(...retried.map((d) => d.at))).toBeGreaterThan(killedAt);
       const states = await ownStore.db.selectFrom("webhook_deliveries").select("state").execute();
-      await expect.poll(async () => (await ownStore.db.selectFrom("webhook_deliveries").select("state").execute()).map((d) => d.state), { timeout: 10_000 }).toEqual(states.map(() => "succeeded"));
+      await expect.poll(async () => (await ownStore.db.selectFrom("webhook_deliveries").select("state").execute()).map((d) => d.state), { timeout: 120_000 }).toEqual(states.map(() => "succeeded"));
       survivor.child.kill("SIGTERM");
       await survivor.exited;
     } finally {

@@ -17,14 +17,14 @@ afterAll(killLeftoverServers);
 describe("the built server (npm start)", () => {
   it("loads the demo school, prints its key once, and answers /v1 with it", async () => {
     const server = await serve(["--data", tempDir("demo"), "--demo"], { program: [BUNDLE] });
-    await expect.poll(() => /sk_test_\S+/.exec(server.stderr())?.[0], { timeout: 10_000 }).toBeDefined();
+    await expect.poll(() => /sk_test_\S+/.exec(server.stderr())?.[0], { timeout: 120_000 }).toBeDefined();
     const key = /sk_test_\S+/.exec(server.stderr())![0];
     expect(server.stderr().match(/sk_test_/g)).toHaveLength(1);
     const res = await fetch(`${server.url}/v1/sessions?limit=1`, { headers: { authorization: `Bearer ${key}` } });
     expect(res.status).toBe(200);
     expect((await res.json()).data).toHaveLength(1);
     expect(await stop(server)).toEqual({ code: 0, signal: null });
-  }, 30_000);
+  }, 120_000);
 
   it("refuses a data directory that is a file with one line naming it, exit 2, and changes nothing", async () => {
     const file = path.join(tempDir("file"), "not-a-dir");
@@ -33,7 +33,7 @@ describe("the built server (npm start)", () => {
     expect(result.code).toBe(2);
     expect(result.stderr).toBe(`badgebench: the data directory ${file} is a file, not a directory; give --data a directory\n`);
     expect(fs.readFileSync(file, "utf8")).toBe("notes\n");
-  }, 30_000);
+  }, 120_000);
 
   it("refuses a setting from the environment that cannot be used with one line, exit 2, as `badgebench serve` does", async () => {
     const settings = [
@@ -55,5 +55,5 @@ describe("the built server (npm start)", () => {
       expect(result.code).toBe(2);
       expect(result.stderr).toMatch(/^badgebench: .*\nrun with --help for usage\n$/);
     }
-  }, 30_000);
+  }, 120_000);
 });

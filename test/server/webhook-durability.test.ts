@@ -106,7 +106,7 @@ it("delivers every committed event after kill -9, three times over", async () =>
   await receiver.waitFor((deliveries) => {
     const received = new Set(deliveries.map((d) => d.event.id));
     return committed.every((id) => received.has(id));
-  }, 15_000);
+  }, 120_000);
   const attempts = (await (await call(server.url, "GET", `/v1/webhook_endpoints/${endpoint.id}/attempts?limit=1`)).json()) as { data: unknown[] };
   expect(attempts.data).toHaveLength(1);
 }, 60_000);
