@@ -184,13 +184,15 @@ describe("a broker that cannot be used", () => {
   ];
 
   it("that is down fails at once, naming the URL", async () => {
-    const started = performance.now();
-    for (const connect of connectBoth(DOWN_BROKER, 5000)) {
+    // "at once": before the connect timeout, which is long enough that no busy machine reaches it
+    const timeoutMs = 30_000;
+    for (const connect of connectBoth(DOWN_BROKER, timeoutMs)) {
+      const started = performance.now();
       const error = await connect().catch((e: Error) => e);
       expect(error).toBeInstanceOf(BrokerError);
       expect((error as Error).message).toBe(`cannot connect to MQTT broker ${DOWN_BROKER}: connect ECONNREFUSED 127.0.0.1:1`);
+      expect(performance.now() - started).toBeLessThan(timeoutMs);
     }
-    expect(performance.now() - started).toBeLessThan(2000);
   });
 
   it("is named without its password", async () => {
@@ -220,13 +222,15 @@ describe("a broker that cannot be used", () => {
 describe("a broker that goes away", () => {
   it("fails the relay's command at once, and every command after it", async () => {
     const broker = await fakeBroker(leavesAtFirstPublish);
-    const relay = await connectPowerRelay({ brokerUrl: broker, topic: "t", timeoutMs: 5000 });
+    // "at once": before the command's timeout, which is long enough that no busy machine reaches it
+    const timeoutMs = 30_000;
+    const relay = await connectPowerRelay({ brokerUrl: broker, topic: "t", timeoutMs });
     cleanups.push(() => relay.close());
     const started = performance.now();
     const lost = `lost the connection to MQTT broker ${broker}: the broker closed it`;
     await expect(relay.off()).rejects.toThrow(lost);
     await expect(relay.state()).rejects.toThrow(lost);
-    expect(performance.now() - started).toBeLessThan(2500);
+    expect(performance.now() - started).toBeLessThan(timeoutMs);
   });
 
   it("makes the event stream's close() say how many events were not delivered", async () => {
