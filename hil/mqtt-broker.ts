@@ -55,6 +55,9 @@ export function connectBroker(brokerUrl: string, timeoutMs: number): Promise<Bro
     client.once("close", onClose);
     client.once("connect", () => {
       client.off("close", onClose);
+      // A relay command is a few bytes whose latency is the point: not held back by Nagle's
+      // algorithm for the ACK of the one before (a TCP socket; a WebSocket's stream has no such switch).
+      (client.stream as { setNoDelay?: (noDelay: boolean) => void }).setNoDelay?.(true);
       resolve(connected(url, client, () => lastError));
     });
   });

@@ -135,10 +135,18 @@ export class Flash {
     this.#record(name, "erase", from, length);
   }
 
-  /** NOR programming: bits only go from 1 to 0, so a write over unerased bytes gives their AND. */
-  writeSlot(name: SlotName, offset: number, data: Uint8Array, moment?: PowerMoment): void {
+  /**
+   * NOR programming: bits only go from 1 to 0, so a write over unerased bytes gives their AND.
+   * Answers the number of the shared page (SlotPages) the bytes now are, when they are a whole
+   * page written onto erased flash that other slots of this thread hold too.
+   */
+  writeSlot(name: SlotName, offset: number, data: Uint8Array, moment?: PowerMoment): number | undefined {
     this.#checkSlotAccess(name, offset, data.length);
-    this.#program(name, offset, data, moment, (length) => this.#slots[name].program(offset, data.subarray(0, length)));
+    let sharedPage: number | undefined;
+    this.#program(name, offset, data, moment, (length) => {
+      sharedPage = this.#slots[name].program(offset, data.subarray(0, length));
+    });
+    return sharedPage;
   }
 
   eraseOtadataCopy(copy: number): void {

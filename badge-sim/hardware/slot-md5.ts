@@ -4,13 +4,12 @@
 //
 // Every simulated badge of a thread downloads the same few images, and hashing 1.9 MB again for
 // each was, after the fetch itself, most of a simulated update's wall time (issue 25). So a step
-// of whole slot pages is remembered: a buffer that is exactly a shared page (slot-pages.ts, which
-// compares the bytes) takes the hash from a state reached before to the state that page gave
-// then, without hashing it again. It is the same state byte for byte: MD5's state after some
+// of whole slot pages is remembered: a buffer that is exactly a shared page (the flash write
+// answers which: slot-pages.ts compared the bytes as it wrote them) takes the hash from a state
+// reached before to the state that page gave then, without hashing it again. It is the same state byte for byte: MD5's state after some
 // bytes depends on its state before them and the bytes, nothing else. A buffer that is no shared
 // page (a private page, a short last buffer) or a resume's loaded state is hashed as it comes.
 import { createMD5, type IHasher } from "hash-wasm";
-import { sharedPageId } from "./slot-pages.ts";
 
 /** A state the hash reached: `id` names it in the steps remembered from it. */
 interface Reached {
@@ -48,9 +47,8 @@ export class SlotMd5 {
     this.#reached = this.#hasherAt = initial;
   }
 
-  /** Hashes `bytes`, just written at slot offset `offset`. */
-  update(bytes: Uint8Array, offset: number): void {
-    const page = this.#reached ? sharedPageId(offset, bytes) : undefined;
+  /** Hashes `bytes`, just written to the slot; `page`: the shared page they are, as Flash.writeSlot answered. */
+  update(bytes: Uint8Array, page: number | undefined): void {
     if (this.#reached === null || page === undefined) {
       this.#loadReached();
       this.#reached = null;

@@ -26,16 +26,6 @@ function sharedEqual(index: number, bytes: Uint8Array): Uint8Array | undefined {
   return sharedPages.get(index)?.find((candidate) => Buffer.compare(candidate, bytes) === 0);
 }
 
-/**
- * The number of the shared page holding exactly `bytes` at slot offset `offset` (a whole page at
- * a page boundary), or undefined: bytes no page of this thread is known to share.
- */
-export function sharedPageId(offset: number, bytes: Uint8Array): number | undefined {
-  if (bytes.length !== PAGE_BYTES || offset % PAGE_BYTES !== 0) return undefined;
-  const page = sharedEqual(offset / PAGE_BYTES, bytes);
-  return page && sharedIds.get(page);
-}
-
 /** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
 function share(index: number, page: Uint8Array): Uint8Array | undefined {
   const same = sharedEqual(index, page);
@@ -66,8 +56,13 @@ export class SlotPages {
     }
   }
 
-  /** NOR programming: each byte becomes its AND with the data. */
-  program(offset: number, data: Uint8Array): void {
+  /**
+   * NOR programming: each byte becomes its AND with the data. When `data` is one whole page
+   * written onto erased flash, the number of the shared page it now is (its bytes are exactly
+   * `data`), if it is one: the download's MD5 steps over shared pages by it (slot-md5.ts).
+   */
+  program(offset: number, data: Uint8Array): number | undefined {
+    const onePage = data.length === PAGE_BYTES && offset % PAGE_BYTES === 0 && this.#pages[offset / PAGE_BYTES] === null;
     let at = 0;
     while (at < data.length) {
       const index = Math.floor((offset + at) / PAGE_BYTES);
@@ -87,6 +82,8 @@ export class SlotPages {
       // Written to its end: from here on the page is usually final (writes are sequential).
       if (inPage + take === PAGE_BYTES) this.#settle(index);
     }
+    const page = onePage ? this.#pages[offset / PAGE_BYTES] : null;
+    return page && !this.#own[offset / PAGE_BYTES] ? sharedIds.get(page) : undefined;
   }
 
   /**

@@ -6,6 +6,7 @@
 // each timer's due time while it runs, so whatever it logs carries the right timestamp.
 interface Timer {
   due: number;
+  /** its id: timers due together fire in the order they were set */
   order: number;
   fn: (...args: unknown[]) => void;
   args: unknown[];
@@ -33,7 +34,7 @@ export class VirtualClock {
 
   /** When the earliest timer falls due, or undefined when none is set. */
   nextDueAt(): number | undefined {
-    return this.#earliest()?.[1].due;
+    return this.#earliest()?.due;
   }
 
   advance(ms: number): void {
@@ -47,9 +48,8 @@ export class VirtualClock {
    * takes); time never moves back.
    */
   advanceTo(at: number): void {
-    for (let next = this.#earliest(); next && next[1].due <= at; next = this.#earliest()) {
-      const [id, timer] = next;
-      this.#timers.delete(id);
+    for (let timer = this.#earliest(); timer && timer.due <= at; timer = this.#earliest()) {
+      this.#timers.delete(timer.order);
       this.#now = Math.max(this.#now, timer.due);
       timer.fn(...timer.args);
     }
@@ -65,11 +65,11 @@ export class VirtualClock {
     }
   }
 
-  #earliest(): [number, Timer] | undefined {
-    let best: [number, Timer] | undefined;
-    for (const entry of this.#timers) {
-      const [, timer] = entry;
-      if (!best || timer.due < best[1].due || (timer.due === best[1].due && timer.order < best[1].order)) best = entry;
+  /** Read at every advance (a download's flash writes and radio make thousands): no entry arrays made. */
+  #earliest(): Timer | undefined {
+    let best: Timer | undefined;
+    for (const timer of this.#timers.values()) {
+      if (!best || timer.due < best.due || (timer.due === best.due && timer.order < best.order)) best = timer;
     }
     return best;
   }

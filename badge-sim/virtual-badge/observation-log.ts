@@ -37,7 +37,8 @@ export class ObservationLog {
   /** the entries again by kind: `runUntil` predicates ask `of(kind)` after every observation, and a download logs hundreds */
   #byKind = new Map<ObservationKind, Observation[]>();
   #listeners = new Set<(observation: Observation) => void>();
-  #observed: { promise: Promise<void>; resolve: () => void } | null = null;
+  /** `when` checks waiting for observations: each looks once after a burst of them */
+  #watchers = new Set<() => void>();
 
   /** `now` stamps each observation: the badge's simulated ms. */
   constructor(private readonly now: () => number) {}
@@ -49,8 +50,7 @@ export class ObservationLog {
     if (ofKind) ofKind.push(observation);
     else this.#byKind.set(kind, [observation]);
     for (const listener of this.#listeners) listener(observation);
-    this.#observed?.resolve();
-    this.#observed = null;
+    for (const watcher of this.#watchers) watcher();
   }
 
   of(kind: ObservationKind): Observation[] {
@@ -63,14 +63,38 @@ export class ObservationLog {
     return () => this.#listeners.delete(listener);
   }
 
-  /** Resolves at the next observation, so a waiting `runUntil` can look again. */
-  next(): Promise<void> {
-    if (!this.#observed) {
-      let resolve!: () => void;
-      const promise = new Promise<void>((done) => (resolve = done));
-      this.#observed = { promise, resolve };
-    }
-    return this.#observed.promise;
+  /**
+   * Resolves once `check()` holds after an observation, so a waiting `runUntil` looks again only
+   * then: woken by every one of a download's hundreds of observations, its loop (an event loop
+   * turn and a race each time) was a tenth of a simulated update's wall time (issue 25). `check`
+   * runs in a microtask after the observation, when the machine has finished the step that made
+   * it (its snapshot is the new one); one that throws resolves too, for the caller to meet the
+   * error. `stop()` forgets it.
+   */
+  when(check: () => boolean): { promise: Promise<void>; stop: () => void } {
+    let watcher!: () => void;
+    const promise = new Promise<void>((resolve) => {
+      let queued = false;
+      const look = () => {
+        queued = false;
+        let holds = true;
+        try {
+          holds = check();
+        } catch {
+          // the caller's own look at it throws again, and says so
+        }
+        if (!holds || !this.#watchers.has(watcher)) return;
+        this.#watchers.delete(watcher);
+        resolve();
+      };
+      watcher = () => {
+        if (queued) return;
+        queued = true;
+        queueMicrotask(look);
+      };
+    });
+    this.#watchers.add(watcher);
+    return { promise, stop: () => this.#watchers.delete(watcher) };
   }
 }
 

@@ -200,7 +200,12 @@ export class VirtualBadge {
       if (network === "silent") return;
       // the peer fell silent, and its last bytes are still on their way to the client: look again
       if (network === "draining") continue;
-      await Promise.race([...this.#inFlight, ...(until ? [this.#observations.next()] : []), ...(this.#silentPeers ? [this.#silence()] : [])]);
+      const holds = until && this.#observations.when(() => until(this));
+      try {
+        await Promise.race([...this.#inFlight, ...(holds ? [holds.promise] : []), ...(this.#silentPeers ? [this.#silence()] : [])]);
+      } finally {
+        holds?.stop();
+      }
     }
   }
 

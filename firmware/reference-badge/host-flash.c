@@ -71,7 +71,7 @@ bool host_ota_resume(void *ctx, bb_slot slot, uint32_t size, uint32_t from) {
     (void)ctx;
     size_t bytes = ((size_t)size + SECTOR - 1) / SECTOR * SECTOR;
     if (bytes > BB_SLOT_BYTES || from % SECTOR != 0 || from > bytes) return false;
-    if (host.flash_timing) host_sleep_ms((uint32_t)((bytes - from + 65535) / 65536 * ERASE_MS_PER_64K));
+    if (host.flash_timing) host_badge_sleep_ms((bytes - from + 65535) / 65536 * ERASE_MS_PER_64K);
     return host_flash_erase(SLOT_OFFSET(slot) + from, bytes - from);
 }
 

@@ -5,10 +5,11 @@
 // whole sweep in under 3 s on this 2-core machine (issue 25; it was 15 s while stalls waited on the
 // wall clock). Every case's invariants are checked; any violation makes the run invalid (exit 1).
 //
-// The cases are dealt round-robin to `--workers` threads (default: the machine's cores), each with
-// its own in-process server (scripts/harness/sim-server.ts) on its own data directory, playing its
-// share one after another (sim-sweep-worker.ts): the server was about 40 % of a case's CPU, so one
-// thread held the sweep to one core. A case plays the same in any thread: its own device, the
+// The cases are played by `--workers` threads (default: the machine's cores), each with its own
+// in-process server (scripts/harness/sim-server.ts) on its own data directory (sim-sweep-worker.ts):
+// the server was about 40 % of a case's CPU, so one thread held the sweep to one core. Each thread
+// is handed the next case in order as soon as it finishes one, so a thread that the machine's other
+// work slows down plays fewer (dealt round-robin beforehand, the sweep waited for the slowest). A case plays the same in any thread: its own device, the
 // fleet's release (the same bytes in every server), and a crash-on-boot case's crashing release
 // numbered by the whole sweep (1.6.0, 1.6.1, ... in case order), offered to its device alone (a
 // canary). The results are reported in case order.
@@ -38,7 +39,7 @@ import {
 } from "../../badge-sim/runners/fault-sweep.ts";
 import { sweepReportHtml, type SweepCaseFigure } from "../../badge-sim/reports/figures-html.ts";
 import { commandLine, log, median, percentile, round, cpusAndNode } from "./bench-common.ts";
-import type { NumberedCase, SweepShard, SweepWorkerMessage } from "./sim-sweep-worker.ts";
+import type { NumberedCase, SweepParentMessage, SweepShard, SweepWorkerMessage } from "./sim-sweep-worker.ts";
 import { sweepCase } from "../../badge-sim/runners/sweep-cases.ts";
 import { typeScriptWorkerCode } from "../../badge-sim/runners/worker-boot.ts";
 import { benchArgs, BenchUsageError, positiveInt, writeReport } from "./bench-cli.ts";
@@ -64,12 +65,8 @@ async function main(): Promise<void> {
   const workers = positiveInt("workers", values.workers);
   const cases = fc.sample(sweepCase(size), { numRuns: count, seed });
 
-  const threads = Array.from({ length: Math.min(workers, count) }, (_, w) => startSweepWorker({
-    cases: numbered(cases).filter(({ index }) => index % workers === w),
-    imageBytes: size,
-    stallTimeoutMs,
-    fleetVersion: FLEET_VERSION,
-  }));
+  const threads = Array.from({ length: Math.min(workers, count) }, () => startSweepWorker({ imageBytes: size, stallTimeoutMs, fleetVersion: FLEET_VERSION }));
+  const queue = numbered(cases);
   try {
     const ready = await Promise.all(threads.map((thread) => thread.ready));
     const md5s = new Set(ready.map((release) => release.md5));
@@ -83,7 +80,7 @@ async function main(): Promise<void> {
     let ended = started;
     await Promise.all(
       threads.map((thread) =>
-        thread.run(({ index, result, wallMs }) => {
+        thread.run(queue, ({ index, result, wallMs }) => {
           byIndex[index] = { result, wallMs };
           ended = performance.now();
           if (++finished % 50 === 0) log(`${finished} cases, ${((ended - started) / 1000).toFixed(1)} s`);
@@ -153,8 +150,8 @@ function numbered(cases: SweepCase[]): NumberedCase[] {
 interface SweepThread {
   /** the fleet's release as the thread's server published it, once it is ready to play */
   ready: Promise<SweepRelease>;
-  /** plays the thread's cases, `onCase` hearing each result; resolves once its server is closed */
-  run(onCase: (finished: Extract<SweepWorkerMessage, { type: "case" }>) => void): Promise<void>;
+  /** plays cases taken from the front of `queue` (shared by the threads) until it is empty, `onCase` hearing each result; resolves once its server is closed */
+  run(queue: NumberedCase[], onCase: (finished: Extract<SweepWorkerMessage, { type: "case" }>) => void): Promise<void>;
   terminate(): Promise<number>;
 }
 
@@ -162,6 +159,11 @@ interface SweepThread {
 function startSweepWorker(shard: SweepShard): SweepThread {
   const worker = new Worker(typeScriptWorkerCode(new URL("./sim-sweep-worker.ts", import.meta.url)), { eval: true, workerData: shard });
   let onCase: (finished: Extract<SweepWorkerMessage, { type: "case" }>) => void = () => {};
+  let cases: NumberedCase[] = [];
+  const next = () => {
+    const c = cases.shift();
+    worker.postMessage((c ? { type: "play", case: c } : { type: "end" }) satisfies SweepParentMessage);
+  };
   let readied!: (release: SweepRelease) => void;
   let finished!: () => void;
   let failed!: (error: Error) => void;
@@ -180,16 +182,20 @@ function startSweepWorker(shard: SweepShard): SweepThread {
   done.catch(() => {});
   worker.on("message", (message: SweepWorkerMessage) => {
     if (message.type === "ready") readied(message.fleetRelease);
-    else if (message.type === "case") onCase(message);
+    else if (message.type === "case") {
+      onCase(message);
+      next();
+    }
     else finished();
   });
   worker.once("error", (error) => failed(error));
   worker.once("exit", (code) => failed(new Error(`a sweep thread exited with code ${code} before it finished`)));
   return {
     ready,
-    run(listener) {
+    run(queue, listener) {
+      cases = queue;
       onCase = listener;
-      worker.postMessage("go");
+      next();
       return done;
     },
     terminate: () => worker.terminate(),

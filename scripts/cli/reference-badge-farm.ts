@@ -32,7 +32,7 @@ import { openPtyPair, type PtyPair } from "../../hil/pty-pair.ts";
 import { TOKEN_PLACEHOLDER, VERSION_PLACEHOLDER } from "../../hil/rig-file.ts";
 import { CLI, ROOT } from "../bench/bench-common.ts";
 import { startSimServer, type SimServer } from "../harness/sim-server.ts";
-import { BADGE_DIR, freePort, HISTORY_IMAGE_BYTES, holdSwitchArgs, IMAGE_BYTES, ProcessRelay, readSupply } from "./reference-badge-rig.ts";
+import { BADGE_DIR, freePort, HISTORY_IMAGE_BYTES, holdSwitchArgs, IMAGE_BYTES, ProcessRelay, readSupply, setupScriptText } from "./reference-badge-rig.ts";
 import { scenarioFiles } from "./sim-run.ts";
 
 /** The test build: the host badge with the `panic` command, linked without PIE (its ELF decodes a backtrace). */
@@ -107,7 +107,8 @@ export async function runReferenceFarm(options: FarmRunOptions): Promise<FarmRun
       relays.push(relay);
       const badgeUrl = `http://127.0.0.1:${proxyPort}`;
       const setupScript = file("setup.sh");
-      fs.writeFileSync(setupScript, setupScriptText({ dir, work, badgeUrl, flakySetup: options.flakySetup }));
+      const failFirst = options.flakySetup === undefined ? undefined : { version: options.flakySetup, mark: path.join(work, "flaky-setup-failed") };
+      fs.writeFileSync(setupScript, setupScriptText({ badge: FARM_BADGE, dir, imagesDir: work, badgeUrl, failFirst }));
       badges.push({
         name: `badge-${index}`,
         port: pair.host,
@@ -149,22 +150,6 @@ export async function runReferenceFarm(options: FarmRunOptions): Promise<FarmRun
     for (const log of logs) fs.closeSync(log);
     if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
   }
-}
-
-/** One badge's setup command: the supply for its relay, the version flashed, NVS written afresh with the token of the device hil run gave it. */
-function setupScriptText(options: { dir: string; work: string; badgeUrl: string; flakySetup?: string }): string {
-  const quote = (text: string) => `'${text.replaceAll("'", "'\\''")}'`;
-  const flaky = options.flakySetup
-    ? `if [ "$1" = ${quote(options.flakySetup)} ] && mkdir ${quote(path.join(options.work, "flaky-setup-failed"))} 2>/dev/null; then echo "the flash of $1 failed (on purpose, once: --flaky-setup)" >&2; exit 1; fi\n`
-    : "";
-  return `#!/bin/sh
-# setup.sh VERSION MV POWER TOKEN: the bench of ${path.basename(options.dir)} (scripts/cli/reference-badge-farm.ts)
-set -e
-printf '%s %s\\n' "$2" "$3" > ${quote(path.join(options.dir, "supply.txt"))}
-${flaky}${quote(FARM_BADGE)} flash --flash ${quote(path.join(options.dir, "flash.bin"))} ${quote(options.work)}/badge-"$1".bin > /dev/null
-rm -f ${quote(path.join(options.dir, "nvs.txt"))}
-${quote(FARM_BADGE)} provision --nvs ${quote(path.join(options.dir, "nvs.txt"))} --server ${quote(options.badgeUrl)} --token "$4" > /dev/null
-`;
 }
 
 async function main(): Promise<void> {

@@ -10,21 +10,24 @@
 //   SIGKILL, and the USB relay's state is what the badge's VBUS sense reads (its `--usb` file),
 //   so power cuts, unplugging and plugging in go through hil/power-relay.ts and the broker as on
 //   a real bench;
-// - its bench supply: the volts the scenario starts with (`--mv`), and whether its USB power is
-//   plugged in, charging or not;
+// - its bench supply: the volts the scenario starts with and whether its USB power is plugged
+//   in, charging or not, written by the rig file's `setup` command (supply.txt) and read by the
+//   relay as it starts the badge;
 // - its provisioning: the rig file's `provision` command is `reference-badge provision` on its
 //   NVS file, run with both relays off, so `hil run` can give it a revoked token and its own back;
-// - the server: one in this process (scripts/harness/sim-server.ts), publishing what the group's
-//   scenarios say (`server.published`, `server.release`); started again only for a group that
-//   wants other releases than the group before;
+// - the server: one in this process (scripts/harness/sim-server.ts), publishing what the run's
+//   scenarios say (`server.published`, `server.release`); started again only for a run that
+//   wants other releases than the run before;
 // - the network: the badge's NVS points at the fault proxy `hil run` starts for every scenario.
 //
-// As QA would on a bench, scenarios are played in groups that start the same way (badge version,
-// supply, releases): before each group the server is set up, the badge is flashed with the
-// starting version and provisioned as a new device on it (nvs erased) and the supply set, with
-// the relays off; one `hil run` then switches them on and plays the group. A group ends after a scenario that
-// leaves the badge on another version (the next needs a flash) or ends with a failed update (it
-// may leave a download checkpoint in NVS, which the next scenario would resume from).
+// One `hil run` plays every scenario that wants the same server, the same trusted release keys
+// and the same partition-switch hold (`runsOf`): its rig file's `setup` command (setupScriptText)
+// brings the badge to each scenario's start when it does not stand there already (hil/farm.ts:
+// after a scenario that leaves it on another version or with a failed update's download
+// checkpoint in NVS, or on another version or supply): with the relays off, the supply written,
+// the starting version flashed and NVS written afresh with the token of a new device on the
+// server, as QA would on a bench. A `hil run` process per group of scenarios cost each group
+// its start (the CLI loaded, the broker and the server's store connected), a third of the whole.
 //
 // Usage: npx tsx scripts/cli/reference-badge-rig.ts [SCENARIOS...] [--json] [--link-kib-s 64] [--clock-factor 1] [--work DIR]
 // (default: every file in fixtures/scenarios; --work keeps the flash, NVS, badge log and
@@ -41,9 +44,8 @@ import { parseArgs } from "node:util";
 import mqtt, { type MqttClient } from "mqtt";
 import { loadScenario, startingPower, type Scenario } from "../../badge-sim/runners/scenario.ts";
 import { buildAppImage } from "../../firmware/index.ts";
-import { leavesBench } from "../../hil/farm.ts";
 import { openPtyPair } from "../../hil/pty-pair.ts";
-import { TOKEN_PLACEHOLDER } from "../../hil/rig-file.ts";
+import { TOKEN_PLACEHOLDER, VERSION_PLACEHOLDER } from "../../hil/rig-file.ts";
 import { CLI, ROOT } from "../bench/bench-common.ts";
 import { scenarioFiles, simReleaseOf } from "./sim-run.ts";
 import { scenarioPublicKey, type ScenarioKeyName } from "../../badge-sim/runners/scenario-keys.ts";
@@ -59,17 +61,14 @@ const USB_RELAY_TOPIC = `${RELAY_TOPIC}-usb`;
 export const IMAGE_BYTES = 256 * 1024;
 export const HISTORY_IMAGE_BYTES = 64 * 1024;
 
-/** What the badge is flashed with and powered from when a scenario starts, what its server publishes, and how fast its clock runs. */
-export interface Bench {
-  version: string;
-  mv: number;
-  power: "battery" | "external" | "charging";
+/** What one `hil run` of the rig shares: the server's releases, the firmware's keys, the badge's switch hold and clock. */
+export interface RunBench {
   published: string[];
   release: Scenario["server"]["release"];
   clockFactor: number;
   /** the release keys the flashed firmware trusts */
   trustedKeys: ScenarioKeyName[];
-  /** the badge waits in the partition switch for its power to be cut (holdSwitchArgs): the scenario cuts it there */
+  /** the badge waits in the partition switch for its power to be cut (holdSwitchArgs): a scenario cuts it there */
   holdSwitch: boolean;
 }
 
@@ -84,17 +83,15 @@ export const SWITCH_HOLD_WALL_MS = 1000;
 export const holdSwitchArgs = (clockFactor: number) => ["--hold-switch", String(SWITCH_HOLD_WALL_MS * clockFactor)];
 
 /**
- * A scenario's bench. Every one runs at the rig's clock factor: a cut at a byte lands on time at
- * any speed (the fault proxy holds the download at the end of the cut's window until the power is
- * gone: hil/target-strategies.ts, RelayPower.armBrownout); a cut during the partition switch has
- * no bytes to hold, so its badge waits in the switch (holdSwitchArgs) until the cut comes.
+ * A scenario's run bench. Every one runs at the rig's clock factor: a cut at a byte lands on time
+ * at any speed (the fault proxy holds the download at the end of the cut's window until the power
+ * is gone: hil/target-strategies.ts, RelayPower.armBrownout); a cut during the partition switch
+ * has no bytes to hold, so its badge waits in the switch (holdSwitchArgs) until the cut comes, and
+ * only there: a switch nobody cuts would wait as long.
  */
-export function benchFor(scenario: Scenario, clockFactor = 1): Bench {
+export function runBenchFor(scenario: Scenario, clockFactor = 1): RunBench {
   const { badge, server } = scenario;
   return {
-    version: badge.version,
-    mv: Math.round(badge.battery.volts * 1000),
-    power: startingPower(scenario),
     published: server.published,
     release: server.release,
     clockFactor,
@@ -103,21 +100,37 @@ export function benchFor(scenario: Scenario, clockFactor = 1): Bench {
   };
 }
 
-const sameBench = (a: Bench, b: Bench) => JSON.stringify(a) === JSON.stringify(b);
-
-/** Consecutive scenarios with the same bench, cut after one that ends on another version or with a failed update. */
-export function groupScenarios(scenarios: Scenario[], clockFactor = 1): Array<{ bench: Bench; scenarios: Scenario[] }> {
-  const groups: Array<{ bench: Bench; scenarios: Scenario[]; closed: boolean }> = [];
-  for (const scenario of scenarios) {
-    const bench = benchFor(scenario, clockFactor);
-    const last = groups.at(-1);
-    if (last && !last.closed && sameBench(last.bench, bench)) last.scenarios.push(scenario);
-    else groups.push({ bench, scenarios: [scenario], closed: false });
-    // the farm's rule too: after one that ends on another version or with a failed update's
-    // download checkpoint in NVS (issue 23), the next starts from a fresh flash and NVS
-    if (leavesBench(scenario)) groups.at(-1)!.closed = true;
+/** The scenarios by the `hil run` that plays them, in the order each run first appears; each scenario with its place in `scenarios`. */
+export function runsOf<S extends Scenario>(scenarios: S[], clockFactor = 1): Array<{ bench: RunBench; scenarios: Array<{ index: number; scenario: S }> }> {
+  const runs = new Map<string, { bench: RunBench; scenarios: Array<{ index: number; scenario: S }> }>();
+  for (const [index, scenario] of scenarios.entries()) {
+    const bench = runBenchFor(scenario, clockFactor);
+    const key = JSON.stringify(bench);
+    if (!runs.has(key)) runs.set(key, { bench, scenarios: [] });
+    runs.get(key)!.scenarios.push({ index, scenario });
   }
-  return groups.map(({ bench, scenarios: group }) => ({ bench, scenarios: group }));
+  return [...runs.values()];
+}
+
+/**
+ * The badge's setup command as a shell script (`setup.sh VERSION MV POWER TOKEN`): the supply
+ * for its relay, the version's image from `imagesDir` flashed, NVS written afresh with the token
+ * of the device hil run gave it; each setup adds a line to `setupsLog` when there is one.
+ */
+export function setupScriptText(options: { badge: string; dir: string; imagesDir: string; badgeUrl: string; setupsLog?: string; failFirst?: { version: string; mark: string } }): string {
+  const quote = (text: string) => `'${text.replaceAll("'", "'\\''")}'`;
+  const failFirst = options.failFirst
+    ? `if [ "$1" = ${quote(options.failFirst.version)} ] && mkdir ${quote(options.failFirst.mark)} 2>/dev/null; then echo "the flash of $1 failed (on purpose, once: --flaky-setup)" >&2; exit 1; fi\n`
+    : "";
+  const logged = options.setupsLog ? `echo "$1 $2 $3" >> ${quote(options.setupsLog)}\n` : "";
+  return `#!/bin/sh
+# setup.sh VERSION MV POWER TOKEN: the bench of ${path.basename(options.dir)} (scripts/cli/reference-badge-rig.ts)
+set -e
+printf '%s %s\\n' "$2" "$3" > ${quote(path.join(options.dir, "supply.txt"))}
+${failFirst}${quote(options.badge)} flash --flash ${quote(path.join(options.dir, "flash.bin"))} ${quote(options.imagesDir)}/badge-"$1".bin > /dev/null
+rm -f ${quote(path.join(options.dir, "nvs.txt"))}
+${quote(options.badge)} provision --nvs ${quote(path.join(options.dir, "nvs.txt"))} --server ${quote(options.badgeUrl)} --token "$4" > /dev/null
+${logged}`;
 }
 
 /** What USB power gives the badge when its relay is on: the `--usb` file's word. */
@@ -244,8 +257,10 @@ export class ProcessRelay {
     if (payload === "ON" || payload === "OFF") await this.set(contact, payload === "ON");
     if (this.isOn && !wasOn) this.switched.on++;
     if (!this.isOn && wasOn) this.switched.off++;
-    // not waited for: the next command (the other relay of a cut) is switched at once, as by a relay
-    this.#client.publish(`stat/${this.topics[contact]}/POWER`, this.#contacts[contact] ? "ON" : "OFF", { qos: 1, retain: false });
+    // not waited for: the next command (the other relay of a cut) is switched at once, as by a
+    // relay; QoS 0 as Tasmota answers (its MQTT client publishes nothing else), and a QoS 1
+    // answer's PUBACK held the broker's next message to this relay for its delayed ACK (40 ms)
+    this.#client.publish(`stat/${this.topics[contact]}/POWER`, this.#contacts[contact] ? "ON" : "OFF", { qos: 0, retain: false });
   }
 }
 
@@ -277,8 +292,10 @@ export interface HilScenarioResult {
 
 export interface ReferenceRigRun {
   results: HilScenarioResult[];
-  /** hil run processes started, one per group */
-  groups: number;
+  /** hil run processes started, one per run bench (runsOf) */
+  runs: number;
+  /** the setups hil run made: the badge flashed, its supply set and NVS written afresh */
+  setups: number;
   /** how often MQTT commands started and killed the badge process (a power cut is one off) */
   relay: { on: number; off: number };
   wallMs: number;
@@ -293,8 +310,8 @@ export interface ReferenceRigOptions {
   brokerUrl?: string;
   /** where the work directory goes (default: a temporary one, removed after) */
   workDir?: string;
-  /** hears each group's progress */
-  onGroup?: (index: number, count: number, bench: Bench, files: string[]) => void;
+  /** hears each run's start */
+  onRun?: (index: number, count: number, bench: RunBench, files: string[]) => void;
 }
 
 export async function runReferenceRig(options: ReferenceRigOptions): Promise<ReferenceRigRun> {
@@ -302,66 +319,73 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
   // hil run works in the work directory, so it gets the files by their absolute paths
   const scenarios = scenarioFiles(options.files).map((file) => ({ ...loadScenario(file), file: path.resolve(file) }));
   const linkKibS = options.linkKibS ?? 64;
-  const groups = groupScenarios(scenarios, options.clockFactor ?? 1);
+  const runs = runsOf(scenarios, options.clockFactor ?? 1);
   execFileSync("make", ["--no-print-directory", "-C", BADGE_DIR, "build/reference-badge"], { stdio: ["ignore", "ignore", "inherit"] });
 
   const work = options.workDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "reference-badge-rig-"));
   fs.mkdirSync(work, { recursive: true });
-  const flash = path.join(work, "flash.bin");
-  const nvs = path.join(work, "nvs.txt");
-  const badgeLog = fs.openSync(path.join(work, "badge.log"), "a");
+  const file = (name: string) => path.join(work, name);
+  const setupsLog = file("setups.log");
+  fs.rmSync(setupsLog, { force: true });
+  const badgeLog = fs.openSync(file("badge.log"), "a");
   const pair = await openPtyPair();
   let relay: ProcessRelay | null = null;
   let server: SimServer | null = null;
-  /** what the server running now published (groups that want the same play on it) */
+  /** what the server running now published (runs that want the same play on it) */
   let lastServerSetup = "";
-  const results: HilScenarioResult[] = [];
+  const results: HilScenarioResult[] = new Array(scenarios.length);
   try {
     const proxyPort = await freePort();
     const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
-    // the battery's volts, the clock factor and the switch hold: set per group
-    const supply = { mv: 3950, clockFactor: 1, holdSwitch: false };
-    const usbFile = path.join(work, "usb.txt");
+    // the clock factor and the switch hold: set per run; the supply by the setup command
+    const badgeArgs = { clockFactor: 1, holdSwitch: false };
     relay = await ProcessRelay.connect({
       brokerUrl,
       topic: RELAY_TOPIC,
       usbTopic: USB_RELAY_TOPIC,
-      usbFile,
+      usbFile: file("usb.txt"),
+      supplyFile: file("supply.txt"),
       start: () =>
-        spawn(BADGE, ["run", "--console", pair.device, "--flash", flash, "--nvs", nvs, "--mv", String(supply.mv), "--usb", usbFile, "--link-kib-s", String(linkKibS), "--clock-factor", String(supply.clockFactor), ...(supply.holdSwitch ? holdSwitchArgs(supply.clockFactor) : [])], {
-          stdio: ["ignore", badgeLog, badgeLog],
-        }),
+        spawn(
+          BADGE,
+          [
+            ...["run", "--console", pair.device, "--flash", file("flash.bin"), "--nvs", file("nvs.txt"), "--mv", String(readSupply(file("supply.txt")).mv), "--usb", file("usb.txt")],
+            ...["--link-kib-s", String(linkKibS), "--clock-factor", String(badgeArgs.clockFactor), ...(badgeArgs.holdSwitch ? holdSwitchArgs(badgeArgs.clockFactor) : [])],
+          ],
+          { stdio: ["ignore", badgeLog, badgeLog] },
+        ),
     });
     const badgeUrl = `http://127.0.0.1:${proxyPort}`;
-    for (const [index, group] of groups.entries()) {
-      const files = group.scenarios.map((scenario) => scenario.file);
-      options.onGroup?.(index, groups.length, group.bench, files);
+    const setupScript = file("setup.sh");
+    for (const [index, run] of runs.entries()) {
+      const files = run.scenarios.map(({ scenario }) => scenario.file);
+      options.onRun?.(index, runs.length, run.bench, files);
       await relay.off();
-      const { bench } = group;
-      supply.mv = bench.mv;
-      supply.clockFactor = bench.clockFactor;
-      supply.holdSwitch = bench.holdSwitch;
-      // plugged in later, a badge that starts on its battery charges
-      relay.usbSupply = bench.power === "external" ? "external" : "charging";
-      // the server as the group's scenarios say: the fleet's history, then the release; the one
-      // before it when that published the same (each group is a new device on it all the same)
-      const serverSetup = JSON.stringify({ published: bench.published, release: bench.release && simReleaseOf(group.scenarios[0]!) });
+      const { bench } = run;
+      badgeArgs.clockFactor = bench.clockFactor;
+      badgeArgs.holdSwitch = bench.holdSwitch;
+      const first = run.scenarios[0]!.scenario;
+      // the server as the run's scenarios say: the fleet's history, then the release; the one
+      // before it when that published the same (each setup is a new device on it all the same)
+      const serverSetup = JSON.stringify({ published: bench.published, release: bench.release && simReleaseOf(first) });
       if (!server || serverSetup !== lastServerSetup) {
         await server?.close();
         server = await startSimServer();
         for (const version of bench.published) await server.publish({ version, size: HISTORY_IMAGE_BYTES });
-        if (bench.release) await server.publish(simReleaseOf(group.scenarios[0]!));
+        if (bench.release) await server.publish(simReleaseOf(first));
         lastServerSetup = serverSetup;
       }
-      const image = path.join(work, `badge-${bench.version}.bin`);
-      fs.writeFileSync(image, buildAppImage({ version: bench.version, size: IMAGE_BYTES, trustedKeys: bench.trustedKeys.map(scenarioPublicKey) }));
-      execFileSync(BADGE, ["flash", "--flash", flash, image], { stdio: "ignore" });
-      const device = await server.addDevice(`reference badge, group ${index + 1}`);
-      execFileSync(BADGE, ["provision", "--nvs", nvs, "--server", badgeUrl, "--token", device.token], { stdio: "ignore" });
-      // The relays stay off: `hil run` switches them on as its first scenario starts (USB power
-      // as the scenario says), so the badge boots as the rig watches, however long it takes to
-      // start (an accelerated badge sleeps after 30 s of its own time).
-      const rig = path.join(work, "rig.json");
+      // every version a scenario of the run starts from, with the keys its firmware trusts
+      const imagesDir = file(`images-${index + 1}`);
+      fs.mkdirSync(imagesDir, { recursive: true });
+      for (const version of new Set(run.scenarios.map(({ scenario }) => scenario.badge.version))) {
+        fs.writeFileSync(path.join(imagesDir, `badge-${version}.bin`), buildAppImage({ version, size: IMAGE_BYTES, trustedKeys: bench.trustedKeys.map(scenarioPublicKey) }));
+      }
+      fs.writeFileSync(setupScript, setupScriptText({ badge: BADGE, dir: work, imagesDir, badgeUrl, setupsLog }));
+      // The rig file's own device; each setup makes a new one. The relays stay off: hil run's
+      // first setup switches them on, so the badge boots as the rig watches.
+      const device = await server.addDevice(`reference badge, run ${index + 1}`);
+      const rig = file("rig.json");
       fs.writeFileSync(
         rig,
         JSON.stringify({
@@ -371,21 +395,25 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
           trustedKeys: bench.trustedKeys,
           power: { broker: brokerUrl, topic: RELAY_TOPIC },
           usbPower: { broker: brokerUrl, topic: USB_RELAY_TOPIC },
-          provision: { command: [BADGE, "provision", "--nvs", nvs, "--server", badgeUrl, "--token", TOKEN_PLACEHOLDER], powerOff: true },
+          provision: { command: [BADGE, "provision", "--nvs", file("nvs.txt"), "--server", badgeUrl, "--token", TOKEN_PLACEHOLDER], powerOff: true },
+          setup: { command: ["sh", setupScript, VERSION_PLACEHOLDER, "{mv}", "{power}", TOKEN_PLACEHOLDER], powerOff: true },
           server: { url: `${server.url}/`, deviceToken: device.token, dataDir: server.dataDir },
           proxy: { host: "127.0.0.1", port: proxyPort },
         }),
       );
-      results.push(...(await hilRun(files, rig, work)).map((result) => ({ ...result, clock_factor: bench.clockFactor })));
+      const played = await hilRun(files, rig, work);
+      // hil run answers in the order of the files it was given
+      for (const [at, { index: place }] of run.scenarios.entries()) results[place] = { ...played[at]!, clock_factor: bench.clockFactor };
     }
   } finally {
     await relay?.close();
     await pair.close();
     await server?.close();
     fs.closeSync(badgeLog);
-    if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
   }
-  return { results, groups: groups.length, relay: relay ? { ...relay.switched } : { on: 0, off: 0 }, wallMs: performance.now() - started };
+  const setups = fs.existsSync(setupsLog) ? fs.readFileSync(setupsLog, "utf8").split("\n").filter(Boolean).length : 0;
+  if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
+  return { results, runs: runs.length, setups, relay: relay ? { ...relay.switched } : { on: 0, off: 0 }, wallMs: performance.now() - started };
 }
 
 /** `badgebench hil run FILES --rig RIG --json` in `cwd` (its transcripts go to cwd/var/transcripts). */
@@ -422,8 +450,9 @@ async function main(): Promise<void> {
     linkKibS,
     clockFactor,
     workDir: values.work && path.resolve(values.work),
-    onGroup: (index, count, bench, files) => {
-      if (!values.json) console.error(`group ${index + 1}/${count}: ${bench.version}, ${bench.mv} mV, ${bench.power}, clock ${bench.clockFactor}x${bench.holdSwitch ? ", switch held" : ""}: ${files.map((file) => path.basename(file)).join(", ")}`);
+    onRun: (index, count, bench, files) => {
+      const keys = bench.trustedKeys.length > 0 ? `, keys ${bench.trustedKeys.join(", ")}` : "";
+      if (!values.json) console.error(`hil run ${index + 1}/${count}: clock ${bench.clockFactor}x${bench.holdSwitch ? ", switch held" : ""}${keys}: ${files.map((file) => path.basename(file)).join(", ")}`);
     },
   });
   const count = (outcome: HilScenarioResult["outcome"]) => run.results.filter((result) => result.outcome === outcome).length;
@@ -433,7 +462,8 @@ async function main(): Promise<void> {
     failed: count("failed"),
     errors: count("error"),
     skipped: count("skipped"),
-    groups: run.groups,
+    runs: run.runs,
+    setups: run.setups,
     relay: run.relay,
     clock_factor: clockFactor,
     wall_ms: Math.round(run.wallMs),
@@ -448,7 +478,7 @@ async function main(): Promise<void> {
     }
     console.log(
       `${counted(summary.scenarios, "scenario")} on the reference badge: ${summary.passed} passed, ${summary.failed} failed, ${counted(summary.errors, "error")}, ${summary.skipped} skipped; ` +
-        `${counted(summary.groups, "hil run")}, relay ${counted(summary.relay.off, "time")} off; ${(summary.wall_ms / 1000).toFixed(1)} s wall, badge clock at ${clockFactor}x (${summary.machine})`,
+        `${counted(summary.runs, "hil run")}, ${counted(summary.setups, "setup")}, relay ${counted(summary.relay.off, "time")} off; ${(summary.wall_ms / 1000).toFixed(1)} s wall, badge clock at ${clockFactor}x (${summary.machine})`,
     );
   }
   process.exitCode = summary.failed + summary.errors > 0 ? 1 : 0;

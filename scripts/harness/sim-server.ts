@@ -13,7 +13,7 @@ import type { ServerOptions } from "../../server/main.ts";
 import { publishRelease } from "../../server/releases/publishing.ts";
 import { readSigningKey } from "../../server/releases/signing-keys.ts";
 import { openReleaseStores } from "../../server/releases/open-release-store.ts";
-import { targetFor } from "../../server/releases/release-store.ts";
+import { FileReleaseStore, targetFor } from "../../server/releases/release-store.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { createDevice, createDevices, revokeDevice } from "../../server/services/devices.ts";
 import { importSchool } from "../../server/services/school-import.ts";
@@ -129,7 +129,9 @@ export async function connectSimServer(url: string, dataDir: string, databaseUrl
 
 async function simServerOver(url: string, dataDir: string, store: Store, inProcess: boolean, close: () => Promise<void>): Promise<SimServer> {
   const db = store.db;
-  const stores = openReleaseStores(db, dataDir);
+  // A server of this process has a temporary data directory, removed at close: its releases
+  // need no fsync (as its SQLite runs with sync normal). Another server's directory keeps them.
+  const stores = inProcess ? { 1: new FileReleaseStore(dataDir, 1, { durable: false }), 0: new FileReleaseStore(dataDir, 0, { durable: false }) } : openReleaseStores(db, dataDir);
   // Simulated badges are test-mode badges, so their releases are the test releases; a rig's
   // real badge may be of either mode, so what it is offered is read from its own mode's.
   const releases = stores[0];

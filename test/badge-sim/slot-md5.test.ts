@@ -22,8 +22,7 @@ async function downloadHashed(image: Uint8Array, resume?: { at: number; state: U
   const states: Uint8Array[] = [];
   for (let offset = resume?.at ?? 0; offset < image.length; offset += SECTOR_BYTES) {
     const buffer = image.subarray(offset, offset + SECTOR_BYTES);
-    flash.writeSlot("ota_1", offset, buffer);
-    md5.update(buffer, offset);
+    md5.update(buffer, flash.writeSlot("ota_1", offset, buffer));
     states.push(md5.save());
   }
   return { states, digest: md5.digest() };
