@@ -353,13 +353,18 @@ export type CaptureOutcome = { recordId: string; effect: "created" | "took_over"
 /**
  * Device captures (the card taps of one badge sync), in order, as a set, given the records they
  * touch, read and locked by the caller (findRecordsOf): one insert of the new records and one of
- * their events, sent together (pipelined on PostgreSQL). Device captures
+ * their events, sent together (pipelined on PostgreSQL) and returned unawaited as `written`, for the
+ * caller to await with its own next statement (the taps), so all three are one round trip. Device captures
  * are authoritative: a record made another way (the API) is taken over, with a history entry
  * whose actor is the device; a student already marked by a device (earlier, or by a capture
  * before this one in the set) keeps the first capture.
  */
-export async function captureFromDevices(trx: Transaction<Database>, captures: CaptureInput[], found: readonly store.RecordOfPair[]): Promise<CaptureOutcome[]> {
-  if (captures.length === 0) return [];
+export async function captureFromDevices(
+  trx: Transaction<Database>,
+  captures: CaptureInput[],
+  found: readonly store.RecordOfPair[],
+): Promise<{ outcomes: CaptureOutcome[]; written: Promise<unknown> }> {
+  if (captures.length === 0) return { outcomes: [], written: Promise.resolve() };
   const pair = (sessionId: string, studentId: string) => `${sessionId} ${studentId}`;
   const known = new Map<string, { id: string; status: string; method: string }>();
   for (const row of found) known.set(pair(row.session_id, row.student_id), row);
@@ -406,8 +411,8 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
       outcomes.push({ recordId: row.id, effect: "created" });
     }
   }
-  if (records.length > 0) await together(store.insertRecords(trx, records), writeEvents(trx, events));
-  return outcomes;
+  const written = records.length > 0 ? together(store.insertRecords(trx, records), writeEvents(trx, events)) : Promise.resolve();
+  return { outcomes, written };
 }
 
 const deviceActor = (device: CaptureInput["device"]): Actor => ({ type: "device", id: device.id, name: device.name });
