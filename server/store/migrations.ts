@@ -6,6 +6,7 @@
 import { type Expression, type Kysely, type Migration, type MigrationResultSet, Migrator, sql } from "kysely";
 import { isPostgres } from "./dialect.ts";
 import { createReleaseRollouts } from "./rollouts-migration.ts";
+import { createWebhookModes } from "./webhook-modes-migration.ts";
 
 /**
  * The column types whose spelling differs. Text compares byte by byte on both (SQLite's BINARY
@@ -454,24 +455,8 @@ const migrations: Record<string, Migration> = {
       await db.updateTable("ota_fetches").set({ last_byte: sql`size - 1` }).execute();
     },
   },
-  // Whether each mode has an enabled webhook endpoint (issue 27), one row per mode that always
-  // exists: a write of events reads (and on PostgreSQL share-locks) its mode's row, and writes
-  // the events dispatched when there is none, so the delivery worker rewrites no event nobody
-  // receives. Every endpoint write locks the row first and sets it from the endpoints after
-  // (webhooks-store.ts: lockEndpointMode, refreshEndpointMode).
-  "0012_webhook_modes": {
-    async up(db: Kysely<any>) {
-      await db.schema
-        .createTable("webhook_modes")
-        .addColumn("livemode", "integer", (c) => c.primaryKey())
-        .addColumn("has_enabled_endpoint", "integer", (c) => c.notNull())
-        .execute();
-      for (const livemode of [0, 1]) {
-        const enabled = await db.selectFrom("webhook_endpoints").select("id").where("livemode", "=", livemode).where("status", "=", "enabled").limit(1).execute();
-        await db.insertInto("webhook_modes").values({ livemode, has_enabled_endpoint: enabled.length > 0 ? 1 : 0 }).execute();
-      }
-    },
-  },
+  // Whether each mode has an enabled webhook endpoint (issue 27): webhook-modes-migration.ts says why.
+  "0012_webhook_modes": { up: (db: Kysely<any>) => createWebhookModes(db) },
 };
 
 /** Migrations the database has run that this code does not have: a newer badgebench wrote it. */
