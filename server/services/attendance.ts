@@ -258,21 +258,34 @@ export interface CreateRequest {
   input: CreateRecordInput;
 }
 
+/** What a create names, as the group's read looks it up. */
+const targetOf = ({ principal, input }: CreateRequest): store.CreateTarget => ({
+  livemode: principal.livemode,
+  sessionId: input.session_id,
+  studentId: input.student_id,
+  externalId: input.external_id,
+});
+
 /**
  * API creates as one grouped write (IdempotencyGate.runGrouped): on PostgreSQL a group's creates
  * are two statements whatever their number, one reading every create's session, student and
- * enrolment, one writing the records, their events and every key's answer (refusals included),
- * instead of a transaction with six statements a create. A create whose student got a record
+ * enrolment (the prefetch, run beside the group's Idempotency-Key reservations), one writing the
+ * records, their events and every key's answer (refusals included), instead of a transaction with
+ * six statements a create. A create whose student got a record
  * after the read (another request's, in this group or elsewhere) runs again alone, to answer
  * `record_exists` naming that record.
  */
 export const createRecords = groupedWrite<CreateRequest>({
   operation: ({ principal, input }) => (trx) => createRecord(trx, principal, input),
+  // The session, student and enrolment read beside the Idempotency-Key's reservation.
+  prefetch: {
+    one: async (db, request) => (await store.findCreateTargets(db, [targetOf(request)]))[0]!,
+    many: (db, requests) => store.findCreateTargets(db, requests.map(targetOf)),
+  },
   async many(db, requests) {
-    const found = await store.findCreateTargets(
-      db,
-      requests.map(({ input: { principal, input } }) => ({ livemode: principal.livemode, sessionId: input.session_id, studentId: input.student_id, externalId: input.external_id })),
-    );
+    // What the prefetch read (read again if any of it failed, or for a request run without it).
+    const prefetched = await Promise.all(requests.map((request) => request.prefetched?.catch(() => undefined) as Promise<store.CreateTargetRow | undefined> | undefined));
+    const found = prefetched.every((row) => row !== undefined) ? prefetched : await store.findCreateTargets(db, requests.map((request) => targetOf(request.input)));
     const plans = requests.map((request, i) => {
       const row = found[i]!;
       const targets: CreateTargets = {

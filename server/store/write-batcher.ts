@@ -276,6 +276,11 @@ export class WriteBatcher {
     this.#pending.unshift(...alone);
   }
 
+  /** Whether a group's combinable writes run as one statement per kind (`many`, PostgreSQL) rather than as `one`. */
+  get combinesKinds(): boolean {
+    return this.#ordered;
+  }
+
   /** Resolves once everything committed so far is durable. */
   synced(): Promise<void> {
     return this.#synced();
