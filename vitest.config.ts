@@ -43,6 +43,7 @@ const STORE_SUITES = [
   "postgres-admin",
   "postgres-faults",
   "postgres-instances",
+  "postgres-outbox",
 ].map((name) => `test/server/${name}.test.ts`);
 
 export default defineConfig({

@@ -3,8 +3,7 @@
 // fix it and retry with the same key), and only then does the write run through the gate.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { ApiError } from "../errors.ts";
-import { IdempotencyGate, MAX_KEY_LENGTH, requestFingerprint, type KeyedRequest, type Operation, type StoredResponse } from "../services/idempotency.ts";
-import type { CombinableWrite } from "../store/write-batcher.ts";
+import { IdempotencyGate, MAX_KEY_LENGTH, requestFingerprint, type GroupedCombinable, type Operation } from "../services/idempotency.ts";
 import { principalOf } from "./auth-middleware.ts";
 import { sendJson } from "./send-json.ts";
 
@@ -43,7 +42,7 @@ const REPLAYED = { "Idempotent-Replayed": "true" };
 const replayHeaders = (withheld: string[]) => (withheld.length === 0 ? REPLAYED : { ...REPLAYED, "Idempotent-Withheld": withheld.join(", ") });
 
 /** The write through the gate: an operation, or a request of a grouped write (IdempotencyGate.runGrouped). */
-export type IdempotentWrite<I> = Operation | { grouped: CombinableWrite<KeyedRequest<I>, StoredResponse>; input: I };
+export type IdempotentWrite<I> = Operation | { grouped: GroupedCombinable<I>; input: I };
 
 export async function sendIdempotent<I>(req: IncomingMessage, res: ServerResponse, gate: IdempotencyGate, key: string, write: IdempotentWrite<I>) {
   const principal = principalOf(req);

@@ -258,21 +258,34 @@ export interface CreateRequest {
   input: CreateRecordInput;
 }
 
+/** What a create names, as the group's read looks it up. */
+const targetOf = ({ principal, input }: CreateRequest): store.CreateTarget => ({
+  livemode: principal.livemode,
+  sessionId: input.session_id,
+  studentId: input.student_id,
+  externalId: input.external_id,
+});
+
 /**
  * API creates as one grouped write (IdempotencyGate.runGrouped): on PostgreSQL a group's creates
  * are two statements whatever their number, one reading every create's session, student and
- * enrolment, one writing the records, their events and every key's answer (refusals included),
- * instead of a transaction with six statements a create. A create whose student got a record
+ * enrolment (the prefetch, run beside the group's Idempotency-Key reservations), one writing the
+ * records, their events and every key's answer (refusals included), instead of a transaction with
+ * six statements a create. A create whose student got a record
  * after the read (another request's, in this group or elsewhere) runs again alone, to answer
  * `record_exists` naming that record.
  */
 export const createRecords = groupedWrite<CreateRequest>({
   operation: ({ principal, input }) => (trx) => createRecord(trx, principal, input),
+  // The session, student and enrolment read beside the Idempotency-Key's reservation.
+  prefetch: {
+    one: async (db, request) => (await store.findCreateTargets(db, [targetOf(request)]))[0]!,
+    many: (db, requests) => store.findCreateTargets(db, requests.map(targetOf)),
+  },
   async many(db, requests) {
-    const found = await store.findCreateTargets(
-      db,
-      requests.map(({ input: { principal, input } }) => ({ livemode: principal.livemode, sessionId: input.session_id, studentId: input.student_id, externalId: input.external_id })),
-    );
+    // What the prefetch read (read again if any of it failed, or for a request run without it).
+    const prefetched = await Promise.all(requests.map((request) => request.prefetched?.catch(() => undefined) as Promise<store.CreateTargetRow | undefined> | undefined));
+    const found = prefetched.every((row) => row !== undefined) ? prefetched : await store.findCreateTargets(db, requests.map((request) => targetOf(request.input)));
     const plans = requests.map((request, i) => {
       const row = found[i]!;
       const targets: CreateTargets = {
@@ -353,13 +366,18 @@ export type CaptureOutcome = { recordId: string; effect: "created" | "took_over"
 /**
  * Device captures (the card taps of one badge sync), in order, as a set, given the records they
  * touch, read and locked by the caller (findRecordsOf): one insert of the new records and one of
- * their events, sent together (pipelined on PostgreSQL). Device captures
+ * their events, sent together (pipelined on PostgreSQL) and returned unawaited as `written`, for the
+ * caller to await with its own next statement (the taps), so all three are one round trip. Device captures
  * are authoritative: a record made another way (the API) is taken over, with a history entry
  * whose actor is the device; a student already marked by a device (earlier, or by a capture
  * before this one in the set) keeps the first capture.
  */
-export async function captureFromDevices(trx: Transaction<Database>, captures: CaptureInput[], found: readonly store.RecordOfPair[]): Promise<CaptureOutcome[]> {
-  if (captures.length === 0) return [];
+export async function captureFromDevices(
+  trx: Transaction<Database>,
+  captures: CaptureInput[],
+  found: readonly store.RecordOfPair[],
+): Promise<{ outcomes: CaptureOutcome[]; written: Promise<unknown> }> {
+  if (captures.length === 0) return { outcomes: [], written: Promise.resolve() };
   const pair = (sessionId: string, studentId: string) => `${sessionId} ${studentId}`;
   const known = new Map<string, { id: string; status: string; method: string }>();
   for (const row of found) known.set(pair(row.session_id, row.student_id), row);
@@ -406,8 +424,8 @@ export async function captureFromDevices(trx: Transaction<Database>, captures: C
       outcomes.push({ recordId: row.id, effect: "created" });
     }
   }
-  if (records.length > 0) await together(store.insertRecords(trx, records), writeEvents(trx, events));
-  return outcomes;
+  const written = records.length > 0 ? together(store.insertRecords(trx, records), writeEvents(trx, events)) : Promise.resolve();
+  return { outcomes, written };
 }
 
 const deviceActor = (device: CaptureInput["device"]): Actor => ({ type: "device", id: device.id, name: device.name });

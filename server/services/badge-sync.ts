@@ -62,9 +62,16 @@ interface TapLookups {
 /**
  * The verdicts of new taps (none stored before), judged as a set from the cards and the room's
  * sessions read with the stored taps (answerTaps), then one round trip for the enrolments and
- * the records the captures touch, read together (pipelined), then the captures.
+ * the records the captures touch, read together (pipelined), then the captures, whose inserts
+ * come back unawaited (`written`) to go out with the taps' insert.
  */
-async function judgeTaps(trx: Transaction<Database>, device: DevicePrincipal, taps: Tap[], verdicts: (TapVerdict | undefined)[], { cards, roomSessions }: TapLookups): Promise<TapVerdict[]> {
+async function judgeTaps(
+  trx: Transaction<Database>,
+  device: DevicePrincipal,
+  taps: Tap[],
+  verdicts: (TapVerdict | undefined)[],
+  { cards, roomSessions }: TapLookups,
+): Promise<{ verdicts: TapVerdict[]; written: Promise<unknown> }> {
   const studentOf = new Map(cards.map((s) => [s.card_uid!, s]));
   const sessions = roomSessions.map((session) => ({ session, startsAt: Date.parse(session.starts_at), endsAt: Date.parse(session.ends_at) }));
   const matched = taps.map((tap, i) => {
@@ -87,7 +94,7 @@ async function judgeTaps(trx: Transaction<Database>, device: DevicePrincipal, ta
     return { student, session, startsAt: timed.startsAt };
   });
   const candidates = matched.filter((m) => m !== undefined);
-  if (candidates.length === 0) return verdicts as TapVerdict[];
+  if (candidates.length === 0) return { verdicts: verdicts as TapVerdict[], written: Promise.resolve() };
   const [enrolments, records] = await together(
     findEnrolments(
       trx,
@@ -111,7 +118,7 @@ async function judgeTaps(trx: Transaction<Database>, device: DevicePrincipal, ta
     const status = tap.at.getTime() <= startsAt + LATE_AFTER_MS ? "present" : "late";
     captures.push({ index: i, input: { device, session, student, status, at: tap.at } });
   });
-  const outcomes = await captureFromDevices(trx, captures.map((c) => c.input), records.rows);
+  const { outcomes, written } = await captureFromDevices(trx, captures.map((c) => c.input), records.rows);
   captures.forEach(({ index, input }, k) => {
     const { recordId, effect } = outcomes[k]!;
     verdicts[index] = {
@@ -122,7 +129,7 @@ async function judgeTaps(trx: Transaction<Database>, device: DevicePrincipal, ta
       record_id: recordId,
     };
   });
-  return verdicts as TapVerdict[];
+  return { verdicts: verdicts as TapVerdict[], written };
 }
 
 /** A tap stamped before the badge's clock was set, or too far ahead: its verdict without reading anything. */
@@ -163,28 +170,29 @@ async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, t
     firstOfKey.set(key, fresh.length);
     fresh.push(tap);
   });
-  const verdicts = await judgeTaps(trx, device, fresh, fresh.map((tap) => clockVerdict(tap, now)), { cards: cards?.rows ?? [], roomSessions: roomSessions?.rows ?? [] });
+  const { verdicts, written } = await judgeTaps(trx, device, fresh, fresh.map((tap) => clockVerdict(tap, now)), { cards: cards?.rows ?? [], roomSessions: roomSessions?.rows ?? [] });
   if (fresh.length > 0) {
     const receivedAt = now.toISOString();
-    await insertTaps(
-      trx,
-      fresh.map((tap, i) => {
-        const verdict = verdicts[i]!;
-        return {
-          id: newId("tap", now.getTime()),
-          livemode: device.livemode,
-          device_id: device.id,
-          card_uid: tap.cardUid,
-          tapped_at: tap.at.toISOString(),
-          received_at: receivedAt,
-          result: verdict.result,
-          reason: verdict.reason,
-          session_id: verdict.session_id,
-          student_id: verdict.student_id,
-          record_id: verdict.record_id,
-        };
-      }),
-    );
+    const rows = fresh.map((tap, i) => {
+      const verdict = verdicts[i]!;
+      return {
+        id: newId("tap", now.getTime()),
+        livemode: device.livemode,
+        device_id: device.id,
+        card_uid: tap.cardUid,
+        tapped_at: tap.at.toISOString(),
+        received_at: receivedAt,
+        result: verdict.result,
+        reason: verdict.reason,
+        session_id: verdict.session_id,
+        student_id: verdict.student_id,
+        record_id: verdict.record_id,
+      };
+    });
+    // With the captures' records and events: one round trip (pipelined on PostgreSQL).
+    await together(written, insertTaps(trx, rows));
+  } else {
+    await written;
   }
   return taps.map((tap, i) => {
     const key = keyOf(tap.cardUid, tappedAts[i]!);

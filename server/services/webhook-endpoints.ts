@@ -105,6 +105,8 @@ export interface CreateEndpointInput {
 }
 
 export async function createEndpoint(trx: Transaction<Database>, livemode: Livemode, input: CreateEndpointInput): Promise<StoredResponse> {
+  // Before its enabled_at is taken: every event written as having no endpoint to go to is older.
+  await store.lockEndpointMode(trx, livemode);
   const now = new Date().toISOString();
   const row: store.EndpointRow = {
     id: newId("whe"),
@@ -123,6 +125,7 @@ export async function createEndpoint(trx: Transaction<Database>, livemode: Livem
     updated_at: now,
   };
   await store.insertEndpoint(trx, row);
+  await store.refreshEndpointMode(trx, livemode);
   return { status: 201, body: { ...endpointView(row), secret: row.secret } };
 }
 
@@ -140,6 +143,8 @@ export interface UpdateEndpointInput {
 }
 
 export async function updateEndpoint(trx: Transaction<Database>, livemode: Livemode, id: string, input: UpdateEndpointInput): Promise<StoredResponse> {
+  // Before a re-enabled endpoint's enabled_at is taken, as createEndpoint.
+  if (input.disabled !== undefined) await store.lockEndpointMode(trx, livemode);
   const endpoint = await getEndpoint(trx, livemode, id);
   const now = new Date().toISOString();
   const changes: Parameters<typeof store.updateEndpoint>[2] = { updated_at: now };
@@ -150,13 +155,16 @@ export async function updateEndpoint(trx: Transaction<Database>, livemode: Livem
   // Re-enabled, it receives the events committed from now on, not those of while it was disabled.
   if (input.disabled === false && endpoint.status === "disabled") Object.assign(changes, { status: "enabled", disabled_reason: null, enabled_at: now });
   await store.updateEndpoint(trx, id, changes);
+  if (input.disabled !== undefined) await store.refreshEndpointMode(trx, livemode);
   return { status: 200, body: endpointView((await store.findEndpoint(trx, livemode, id))!) };
 }
 
 export async function deleteEndpoint(db: Kysely<Database>, livemode: Livemode, id: string) {
   await db.transaction().execute(async (trx) => {
+    await store.lockEndpointMode(trx, livemode);
     await getEndpoint(trx, livemode, id);
     await store.deleteEndpoint(trx, id);
+    await store.refreshEndpointMode(trx, livemode);
   });
   return { id, object: "webhook_endpoint", deleted: true };
 }

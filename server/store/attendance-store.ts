@@ -2,6 +2,7 @@ import { CompiledQuery, sql } from "kysely";
 import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { forUpdate, isPostgres } from "./dialect.ts";
 import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
+import { postgresEventGuard } from "./webhooks-store.ts";
 
 export async function findStudent(db: Db, livemode: Livemode, by: { id?: string; external_id?: string }) {
   let query = db.selectFrom("students").selectAll().where("livemode", "=", livemode);
@@ -346,7 +347,9 @@ export interface KeyAnswer {
 // for the group. A record whose (session, student) already has one is not inserted, and neither
 // its event nor its key's answer is written; the caller learns which from the ids returned.
 // Records are inserted in (session, student) order and keys answered in key order, the order
-// every instance takes those rows in.
+// every instance takes those rows in. An event is written dispatched when its mode has no
+// enabled endpoint, as insertEvents writes them.
+const eventGuard = postgresEventGuard("$14");
 const recordsAnswered = postgresStatement<{ id: string }>(
   `with inserted as (
      insert into records (id, livemode, session_id, student_id, course_code, status, recorded_at, method, device_id, reason, created_at, updated_at)
@@ -355,10 +358,11 @@ const recordsAnswered = postgresStatement<{ id: string }>(
      order by session_id, student_id
      on conflict (session_id, student_id) do nothing
      returning id
-   ), evented as (
+   ), ${eventGuard.cte}, evented as (
      insert into events (id, livemode, type, created_at, payload, dispatched_at)
-     select e.id, e.livemode, e.type, e.created_at, e.payload, null
+     select e.id, e.livemode, e.type, e.created_at, e.payload, ${eventGuard.dispatched}
      from unnest($13::text[], $14::int[], $15::text[], $16::text[], $17::text[], $18::text[]) as e(id, livemode, type, created_at, payload, record_id)
+     ${eventGuard.join}
      where e.record_id in (select id from inserted)
    ), answered as (
      update idempotency_keys set state = 'done', status_code = a.status_code, response_body = a.response_body, withheld = a.withheld

@@ -252,13 +252,17 @@ let queriesSent = 0;
 /** Round trips this process has made to PostgreSQL (for the benchmark's breakdown of a request). */
 export const postgresQueriesSent = (): number => queriesSent;
 
+/** The statements held back to go out with the next one: see preparingHotStatements. */
+const HELD_BACK: ReadonlySet<string> = new Set(["begin", ...PIPELINED_STATEMENTS]);
+
 /**
  * A pool client whose hot statements (compiled-query.ts) run as named prepared statements: parsed
- * and planned once per connection instead of on every call. Its savepoints and their releases
- * (`PIPELINED_STATEMENTS`) wait for the statement that follows them and go out with it, pipelined
- * (the client runs in pg's pipeline mode), so a group commit's write costs no round trip of its
- * own for them. Such a statement fails only in a transaction already failed (a write that caught
- * its own statement's error, a defect) or on a broken connection; Kysely is answered at once, and
+ * and planned once per connection instead of on every call. A transaction's BEGIN, and a group
+ * commit's savepoints and their releases (`PIPELINED_STATEMENTS`), wait for the statement that
+ * follows them and go out with it, pipelined (the client runs in pg's pipeline mode), so they
+ * cost no round trip of their own (a badge sync's transaction was 6 round trips, with its BEGIN).
+ * Such a statement fails only in a transaction already failed (a write that caught its own
+ * statement's error, a defect) or on a broken connection; Kysely is answered at once, and
  * if it failed all the same, every statement after it fails with its error (marked
  * `pipelinedFailure`) until the transaction is rolled back: the write batcher then runs the
  * group's writes again one transaction each (write-batcher.ts), and a COMMIT after a failed
@@ -273,7 +277,7 @@ function preparingHotStatements(client: pg.PoolClient): void {
     const endsTransaction = config === "rollback";
     if (failed !== undefined && !endsTransaction) return Promise.reject(failed.error);
     failed = undefined;
-    if (typeof config === "string" && PIPELINED_STATEMENTS.has(config) && callback === undefined) {
+    if (typeof config === "string" && HELD_BACK.has(config) && callback === undefined) {
       waiting.push(config);
       return Promise.resolve({ command: config.split(" ")[0]!.toUpperCase(), rowCount: null, rows: [], fields: [], oid: 0 });
     }

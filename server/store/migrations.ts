@@ -6,6 +6,7 @@
 import { type Expression, type Kysely, type Migration, type MigrationResultSet, Migrator, sql } from "kysely";
 import { isPostgres } from "./dialect.ts";
 import { createReleaseRollouts } from "./rollouts-migration.ts";
+import { createWebhookModes } from "./webhook-modes-migration.ts";
 
 /**
  * The column types whose spelling differs. Text compares byte by byte on both (SQLite's BINARY
@@ -454,6 +455,8 @@ const migrations: Record<string, Migration> = {
       await db.updateTable("ota_fetches").set({ last_byte: sql`size - 1` }).execute();
     },
   },
+  // Whether each mode has an enabled webhook endpoint (issue 27): webhook-modes-migration.ts says why.
+  "0012_webhook_modes": { up: (db: Kysely<any>) => createWebhookModes(db) },
 };
 
 /** Migrations the database has run that this code does not have: a newer badgebench wrote it. */

@@ -168,8 +168,8 @@ export interface EventsTable {
   created_at: string;
   payload: string;
   /**
-   * when the delivery worker fanned the event out to the endpoints, null until then; on SQLite,
-   * the event's own creation time when its mode had no enabled endpoint (insertEvents)
+   * when the delivery worker fanned the event out to the endpoints, null until then; the event's
+   * own creation time when its mode had no enabled endpoint (insertEvents)
    */
   dispatched_at?: string | null;
 }
@@ -238,6 +238,15 @@ export interface WebhookEndpointsTable {
   /** when it was last enabled (created, or re-enabled): it receives the events committed from then on */
   enabled_at: string;
   updated_at: string;
+}
+
+/**
+ * One row per mode, always there: whether the mode has an enabled webhook endpoint. What a
+ * write of events reads (share-locked on PostgreSQL) to write them dispatched when it has none.
+ */
+export interface WebhookModesTable {
+  livemode: Livemode;
+  has_enabled_endpoint: 0 | 1;
 }
 
 export type DeliveryState = "pending" | "succeeded" | "failed";
@@ -346,6 +355,7 @@ export interface Database {
   events: EventsTable;
   idempotency_keys: IdempotencyKeysTable;
   webhook_endpoints: WebhookEndpointsTable;
+  webhook_modes: WebhookModesTable;
   webhook_deliveries: WebhookDeliveriesTable;
   webhook_attempts: WebhookAttemptsTable;
   pipelines: PipelinesTable;

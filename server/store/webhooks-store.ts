@@ -3,7 +3,7 @@
 // other writer can interleave with; on PostgreSQL (several instances) the SELECT is
 // `FOR UPDATE SKIP LOCKED`, so a delivery another worker is claiming is passed over.
 import { sql } from "kysely";
-import { compiledQuery, rowsInsert } from "./compiled-query.ts";
+import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
 import type {
   Db,
@@ -17,7 +17,6 @@ import type {
 export type EndpointRow = WebhookEndpointsTable;
 
 export async function insertEndpoint(db: Db, row: EndpointRow): Promise<void> {
-  endpointlessModes.delete(db);
   await db.insertInto("webhook_endpoints").values(row).execute();
 }
 
@@ -35,7 +34,6 @@ export async function listEndpoints(db: Db, filter: { livemode: Livemode; after?
 }
 
 export async function updateEndpoint(db: Db, id: string, changes: Partial<Omit<EndpointRow, "id" | "livemode" | "created_at">>): Promise<void> {
-  endpointlessModes.delete(db);
   await db.updateTable("webhook_endpoints").set(changes).where("id", "=", id).execute();
 }
 
@@ -77,41 +75,99 @@ export async function listEvents(
 
 const insertEventRows = rowsInsert("events", ["id", "livemode", "type", "created_at", "payload", "dispatched_at"]);
 
-const anEnabledEndpoint = compiledQuery((db: Db, livemode: Livemode) =>
-  db.selectFrom("webhook_endpoints").select("id").where("livemode", "=", livemode).where("status", "=", "enabled").limit(1),
-);
-
 /**
- * For each open write transaction (a write batcher's group of many writes): whether a mode was
- * found to have no enabled endpoint, so a group asks once, not once per write. Writing an
- * endpoint in the transaction forgets the answers.
+ * For each open write transaction (a write batcher's group of many writes) on SQLite: whether a
+ * mode was found to have no enabled endpoint, so a group asks once, not once per write. An
+ * endpoint write in the transaction forgets the answers (refreshEndpointMode).
  */
 const endpointlessModes = new WeakMap<Db, Map<Livemode, boolean>>();
 
+/**
+ * Before an endpoint of `livemode` is created, enabled, disabled or deleted, in its transaction:
+ * its mode's webhook_modes row, locked (PostgreSQL) until the commit. A write of events holds
+ * that row shared for its transaction (insertEvents), so the lock waits for every write that
+ * found no enabled endpoint, and a time taken after it (an endpoint's enabled_at) is later than
+ * all their events. SQLite's write transaction holds its one write lock already.
+ */
+export async function lockEndpointMode(db: Db, livemode: Livemode): Promise<void> {
+  if (isPostgres(db)) await db.selectFrom("webhook_modes").select("livemode").where("livemode", "=", livemode).forUpdate().execute();
+}
+
+/**
+ * After an endpoint write, in its transaction (lockEndpointMode first: this statement then sees
+ * every endpoint committed before the lock): whether `livemode` has an enabled endpoint now.
+ */
+export async function refreshEndpointMode(db: Db, livemode: Livemode): Promise<void> {
+  endpointlessModes.delete(db);
+  await db
+    .updateTable("webhook_modes")
+    .set((eb) => ({
+      has_enabled_endpoint: eb
+        .case()
+        .when(eb.exists(eb.selectFrom("webhook_endpoints").select("id").where("livemode", "=", livemode).where("status", "=", "enabled")))
+        .then(sql.lit<0 | 1>(1))
+        .else(sql.lit<0 | 1>(0))
+        .end(),
+    }))
+    .where("livemode", "=", livemode)
+    .execute();
+}
+
+const modeHasEnabledEndpoint = compiledQuery((db: Db, livemode: Livemode) =>
+  db.selectFrom("webhook_modes").select("has_enabled_endpoint").where("livemode", "=", livemode),
+);
+
 async function hasNoEnabledEndpoint(db: Db, livemode: Livemode): Promise<boolean> {
-  if (!db.isTransaction) return (await anEnabledEndpoint(db, livemode)).rows.length === 0;
+  const ask = async () => (await modeHasEnabledEndpoint(db, livemode)).rows[0]?.has_enabled_endpoint === 0;
+  if (!db.isTransaction) return ask();
   let modes = endpointlessModes.get(db);
   if (!modes) endpointlessModes.set(db, (modes = new Map()));
   let none = modes.get(livemode);
-  if (none === undefined) modes.set(livemode, (none = (await anEnabledEndpoint(db, livemode)).rows.length === 0));
+  if (none === undefined) modes.set(livemode, (none = await ask()));
   return none;
 }
 
 /**
+ * The parts of a PostgreSQL statement inserting events from an `e` row set whose livemodes are
+ * the int array `$N`: the CTE `guard` share-locks their modes' webhook_modes rows (an endpoint
+ * being created or enabled is waited for, and its row read as committed: a locking read returns
+ * the row's newest version), and `dispatched` is the column an event is written with: its
+ * creation time when its mode has no enabled endpoint, else null, for the delivery worker.
+ */
+export const postgresEventGuard = (livemodesParameter: string) => ({
+  cte: `guard as materialized (select livemode, has_enabled_endpoint from webhook_modes where livemode = any(${livemodesParameter}::int[]) for share)`,
+  dispatched: "case when g.has_enabled_endpoint = 0 then e.created_at end",
+  join: "left join guard g on g.livemode = e.livemode",
+});
+
+const eventsGuarded = postgresEventGuard("$2");
+const insertEventsGuarded = postgresStatement(
+  `with ${eventsGuarded.cte}
+   insert into events (id, livemode, type, created_at, payload, dispatched_at)
+   select e.id, e.livemode, e.type, e.created_at, e.payload, ${eventsGuarded.dispatched}
+   from unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[]) as e(id, livemode, type, created_at, payload)
+   ${eventsGuarded.join}`,
+);
+
+/**
  * Writes events to the outbox; call in the transaction of the change they report. The delivery
- * worker fans an event out to the endpoints of its mode that were enabled when it was
- * written. On SQLite, an event of a mode with no enabled endpoint is written dispatched (at its
- * creation time): the worker then has no row to update, where it rewrote every event (a badge
- * sync writes 30) and its index entry in a transaction of its own. The check is exact there,
- * since a write transaction holds SQLite's one write lock: no endpoint can be created or enabled
- * between the check and the commit. On PostgreSQL one could, so the worker decides there.
+ * worker fans an event out to the endpoints of its mode that were enabled when it was written.
+ * An event of a mode with no enabled endpoint is written dispatched (at its creation time): the
+ * worker then has no row to rewrite, where it rewrote every event (a badge sync writes 30), a
+ * second version of the row and its index entries. The decision is exact: on SQLite the write
+ * transaction holds the one write lock, on PostgreSQL the mode's webhook_modes row is held shared
+ * to the commit, which an endpoint's creation or enabling waits for (lockEndpointMode).
  */
 export async function insertEvents(db: Db, rows: EventsTable[]): Promise<void> {
+  if (rows.length === 0) return;
+  if (isPostgres(db)) {
+    const column = <K extends keyof EventsTable>(key: K) => rows.map((row) => row[key]);
+    await insertEventsGuarded(db, [column("id"), column("livemode"), column("type"), column("created_at"), column("payload")]);
+    return;
+  }
   const noEndpoint = new Set<Livemode>();
-  if (!isPostgres(db)) {
-    for (const livemode of new Set(rows.map((row) => row.livemode))) {
-      if (await hasNoEnabledEndpoint(db, livemode)) noEndpoint.add(livemode);
-    }
+  for (const livemode of new Set(rows.map((row) => row.livemode))) {
+    if (await hasNoEnabledEndpoint(db, livemode)) noEndpoint.add(livemode);
   }
   await insertEventRows(
     db,

@@ -241,7 +241,9 @@ export class WriteBatcher {
       else if (kinds.has(write)) kinds.get(write)!.push(item);
       else kinds.set(write, [item]);
     }
-    for (const [write, items] of kinds) await this.#runKind(write, items);
+    // Each kind's statement on a connection of its own, at once: they take different rows (a
+    // key's reservation and the write it reserved for are never in one group).
+    await Promise.all([...kinds].map(([write, items]) => this.#runKind(write, items)));
     return rest;
   }
 
@@ -272,6 +274,11 @@ export class WriteBatcher {
       alone.push(item);
     });
     this.#pending.unshift(...alone);
+  }
+
+  /** Whether a group's combinable writes run as one statement per kind (`many`, PostgreSQL) rather than as `one`. */
+  get combinesKinds(): boolean {
+    return this.#ordered;
   }
 
   /** Resolves once everything committed so far is durable. */

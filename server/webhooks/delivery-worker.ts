@@ -154,12 +154,13 @@ export class DeliveryWorker {
       else this.#perEndpoint.set(delivery.endpoint_id, n);
     }
     const claiming = !this.#stopping;
+    const disabledModes = new Set<Livemode>();
     // Committed without a log sync of its own (the serving connection runs synchronous=NORMAL,
     // see store/database.ts): losing the worker's last commits to a power cut re-sends
     // deliveries, never drops one, and the next synced group commit makes them durable anyway.
     const result = await this.#db.transaction().execute(async (trx) => {
       const now = new Date();
-      if (finished.length > 0) await this.#record(trx, finished, now);
+      if (finished.length > 0) await this.#record(trx, finished, now, disabledModes);
       if (!claiming) return { moreToFanOut: false, claimed: [] };
       const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
       const batch = Math.min(FAN_OUT_BATCH, limit);
@@ -167,6 +168,16 @@ export class DeliveryWorker {
       const moreToFanOut = (await this.#fanOut(trx, now, endpoints, batch)) === batch;
       return { moreToFanOut, claimed: await this.#claim(trx, now, endpoints, limit) };
     });
+    // A mode whose endpoint was disabled may have none enabled now: its events can then be
+    // written dispatched. Its own transaction, after the tick's: the mode's lock is taken first
+    // by every endpoint write (webhooks-store.ts: lockEndpointMode), never after the endpoint
+    // rows this tick locked, so the two cannot deadlock.
+    for (const livemode of disabledModes) {
+      await this.#db.transaction().execute(async (trx) => {
+        await store.lockEndpointMode(trx, livemode);
+        await store.refreshEndpointMode(trx, livemode);
+      });
+    }
     for (const { delivery } of result.claimed) {
       this.#inFlight++;
       this.#perEndpoint.set(delivery.endpoint_id, (this.#perEndpoint.get(delivery.endpoint_id) ?? 0) + 1);
@@ -221,7 +232,7 @@ export class DeliveryWorker {
     this.wake();
   }
 
-  async #record(trx: Transaction<Database>, batch: Finished[], now: Date): Promise<void> {
+  async #record(trx: Transaction<Database>, batch: Finished[], now: Date, disabledModes: Set<Livemode>): Promise<void> {
     const attempts: WebhookAttemptsTable[] = [];
     const lastSuccess = new Map<string, string>();
     const existing = await store.existingEndpointIds(trx, batch.map((f) => f.delivery.endpoint_id));
@@ -242,11 +253,13 @@ export class DeliveryWorker {
       if (succeeded) {
         lastSuccess.set(delivery.endpoint_id, attemptedAt.toISOString());
       } else if (result.statusCode === 410) {
+        disabledModes.add(delivery.livemode);
         await this.#disable(trx, delivery.endpoint_id, `The endpoint answered 410 Gone to event ${delivery.event_id} at ${attemptedAt.toISOString()}.`, now);
       } else if (outcome.state === "failed") {
         const endpoint = await store.findEndpoint(trx, delivery.livemode, delivery.endpoint_id);
         const succeededSince = lastSuccess.has(delivery.endpoint_id) || (endpoint?.last_success_at ?? "") >= delivery.created_at;
         if (endpoint && !succeededSince) {
+          disabledModes.add(delivery.livemode);
           await this.#disable(
             trx,
             delivery.endpoint_id,
