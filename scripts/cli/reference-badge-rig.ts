@@ -334,6 +334,8 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
   /** what the server running now published (runs that want the same play on it) */
   let lastServerSetup = "";
   const results: HilScenarioResult[] = new Array(scenarios.length);
+  /** the setups hil run made, counted from setupsLog */
+  let setups = 0;
   try {
     const proxyPort = await freePort();
     const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -410,9 +412,10 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
     await pair.close();
     await server?.close();
     fs.closeSync(badgeLog);
+    setups = fs.existsSync(setupsLog) ? fs.readFileSync(setupsLog, "utf8").split("\n").filter(Boolean).length : 0;
+    // a temporary work directory goes whether the run ended or failed
+    if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
   }
-  const setups = fs.existsSync(setupsLog) ? fs.readFileSync(setupsLog, "utf8").split("\n").filter(Boolean).length : 0;
-  if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
   return { results, runs: runs.length, setups, relay: relay ? { ...relay.switched } : { on: 0, off: 0 }, wallMs: performance.now() - started };
 }
 

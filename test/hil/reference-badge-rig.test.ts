@@ -12,9 +12,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import mqtt from "mqtt";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { loadScenario } from "../../badge-sim/runners/scenario.ts";
-import { ProcessRelay, runsOf } from "../../scripts/cli/reference-badge-rig.ts";
+import { ProcessRelay, runReferenceRig, runsOf } from "../../scripts/cli/reference-badge-rig.ts";
 import { ROOT } from "../server/cli-process.ts";
 
 const BROKER = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -198,5 +198,22 @@ describe("the process relay (Tasmota topics)", () => {
       await client.endAsync();
       await relay.close();
     }
+  });
+});
+
+describe("a rig that cannot start", () => {
+  it("fails and removes the temporary work directory it made", async () => {
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "rig-tmpdir-"));
+    onTestFinished(() => fs.rmSync(tmp, { recursive: true, force: true }));
+    const before = process.env.TMPDIR;
+    process.env.TMPDIR = tmp;
+    try {
+      // no broker listens on port 1: the relay cannot connect, after the work directory was made
+      await expect(runReferenceRig({ files: [path.join(ROOT, "fixtures/scenarios/happy-path.json")], brokerUrl: "mqtt://127.0.0.1:1" })).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      if (before === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = before;
+    }
+    expect(fs.readdirSync(tmp).filter((name) => name.startsWith("reference-badge-rig-"))).toEqual([]);
   });
 });
