@@ -144,8 +144,8 @@ export interface ProcessRelayOptions {
   usbTopic: string;
   /** the badge's `--usb` file: `charging` or `external` while the USB relay is on, `none` while off */
   usbFile: string;
-  /** a bench supply file (`<mv> <power>`, as a farm's setup command writes it): USB power is `external` when its power word says so; else `usbSupply` */
-  supplyFile?: string;
+  /** the bench supply file (`<mv> <power>`, as the setup command writes it): USB power is `external` when its power word says so, else `charging` */
+  supplyFile: string;
   start: () => ChildProcess;
 }
 
@@ -161,8 +161,6 @@ export class ProcessRelay {
   readonly topics: { battery: string; usb: string };
   /** process starts and kills that MQTT commands made (a power cut is one kill) */
   readonly switched = { on: 0, off: 0 };
-  /** what USB power is while plugged in (set per group of scenarios) */
-  usbSupply: UsbSupply = "charging";
   #client: MqttClient;
   #options: ProcessRelayOptions;
   #contacts = { battery: false, usb: false };
@@ -224,7 +222,7 @@ export class ProcessRelay {
    * every read of a download, and a file caught truncated would read as USB power gone.
    */
   #writeUsb(): void {
-    const supply = this.#options.supplyFile ? readSupply(this.#options.supplyFile).usb : this.usbSupply;
+    const supply = readSupply(this.#options.supplyFile).usb;
     const sense = `${this.#contacts.usb ? supply : "none"}\n`;
     if (sense === this.#usbSense) return;
     fs.writeFileSync(`${this.#options.usbFile}.new`, sense);

@@ -162,8 +162,9 @@ describe("the process relay (Tasmota topics)", () => {
   it("runs the process while either relay is on, kills it when the last goes off, and writes the USB relay's state to the VBUS file", { timeout: 120_000 }, async () => {
     const topic = `reference-badge-test-${process.pid}`;
     const usbTopic = `${topic}-usb`;
-    const usbFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "process-relay-")), "usb.txt");
-    const relay = await ProcessRelay.connect({ brokerUrl: BROKER, topic, usbTopic, usbFile, start: () => spawn("sleep", ["60"], { stdio: "ignore" }) });
+    const bench = fs.mkdtempSync(path.join(os.tmpdir(), "process-relay-"));
+    const [usbFile, supplyFile] = [path.join(bench, "usb.txt"), path.join(bench, "supply.txt")];
+    const relay = await ProcessRelay.connect({ brokerUrl: BROKER, topic, usbTopic, usbFile, supplyFile, start: () => spawn("sleep", ["60"], { stdio: "ignore" }) });
     const client = await mqtt.connectAsync(BROKER, { reconnectPeriod: 0 });
     try {
       const answers: string[] = [];
@@ -172,7 +173,8 @@ describe("the process relay (Tasmota topics)", () => {
       const ask = async (which: string, payload: string) => {
         const count = answers.length;
         await client.publishAsync(`cmnd/${which}/POWER`, payload, { qos: 1 });
-        await expect.poll(() => answers.length, { timeout: 5000 }).toBe(count + 1);
+        // a hang's bound, not a speed: the answer comes in milliseconds on an idle machine
+        await expect.poll(() => answers.length, { timeout: 60_000 }).toBe(count + 1);
         return answers.at(-1);
       };
       const usb = () => fs.readFileSync(usbFile, "utf8").trim();
@@ -189,7 +191,8 @@ describe("the process relay (Tasmota topics)", () => {
       expect(await ask(usbTopic, "OFF")).toBe("usb OFF");
       expect(relay.isOn).toBe(false); // the last relay off: a power cut
       expect(usb()).toBe("none");
-      relay.usbSupply = "external";
+      // the setup command's supply: USB power that runs the badge without charging it
+      fs.writeFileSync(supplyFile, "3950 external\n");
       expect(await ask(usbTopic, "ON")).toBe("usb ON");
       expect(relay.isOn).toBe(true);
       expect(usb()).toBe("external");
