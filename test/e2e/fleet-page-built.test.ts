@@ -9,8 +9,6 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { killLeftoverServers, ROOT, run, serve, stop, tempDirs, type Server } from "../server/cli-process.ts";
 import { launchBrowser, type Browser } from "./browser.ts";
 
-vi.setConfig({ testTimeout: 30_000 });
-
 const BUNDLE = path.join(ROOT, "dist", "serve.js");
 const tempDir = tempDirs("built-fleet");
 

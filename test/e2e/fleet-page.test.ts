@@ -4,15 +4,12 @@
 // server going away and coming back, and a badge name made of HTML.
 import net from "node:net";
 import type { Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey, revokeApiKey } from "../../server/services/api-keys.ts";
 import { createDevice, revokeDevice } from "../../server/services/devices.ts";
 import { startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 import { canaryReportsOk, HTML_NAME, seedFleet, type SeededFleet } from "../server/seeded-fleet.ts";
 import { launchBrowser, README_SCREENSHOT_MAX_BYTES, screenshot, type Browser } from "./browser.ts";
-
-// A browser round trip takes longer than vitest's default 5 s on a busy 2-core machine.
-vi.setConfig({ testTimeout: 20_000 });
 
 const STATE_WORDS = ["Current", "Outdated", "Unreleased", "Updating", "Failed", "No report", "Unknown"];
 
