@@ -29,7 +29,7 @@ beforeAll(async () => {
   await f.report(failing.token, "1.4.0", "err|1.5.0|MD5 mismatch");
   operatorKey = (await createApiKey(f.h.server.store.db, { mode: "test", scopes: ["devices:read", "releases:write"], name: "operator" })).secret;
   browser = await launchBrowser();
-}, 60_000);
+});
 afterAll(async () => {
   await browser?.close();
   await f?.close();

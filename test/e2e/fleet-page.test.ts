@@ -20,7 +20,7 @@ beforeAll(async () => {
   h = await startBadgeHarness();
   fleet = await seedFleet(h);
   browser = await launchBrowser();
-}, 60_000);
+});
 afterAll(async () => {
   await browser?.close();
   await h?.close();
@@ -304,7 +304,7 @@ describe("a revoked badge", () => {
     } finally {
       await own.close();
     }
-  }, 60_000);
+  });
 });
 
 describe("10,000 badges", () => {
@@ -352,7 +352,7 @@ describe("10,000 badges", () => {
     } finally {
       await big.close();
     }
-  }, 60_000);
+  });
 });
 
 /** A TCP forwarder that can be stopped and started again on the same port: a server that goes away and comes back. */

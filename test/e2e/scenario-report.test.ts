@@ -40,7 +40,7 @@ beforeAll(async () => {
     if (!request.url().startsWith("file:")) networkRequests.push(request.url());
   });
   await page.goto(pathToFileURL(report).href);
-}, 90_000);
+});
 afterAll(async () => {
   await browser?.close();
   fs.rmSync(dir, { recursive: true, force: true });

@@ -111,7 +111,7 @@ describe("a data directory that cannot be used as it is (serve included)", () =>
   it.each(cases.map((c) => [c.name, c] as const))("%s: one line naming it, exit 2, nothing changed", async (_, c) => {
     const dataDir = await c.make();
     for (const args of [["keys", "list"], ["serve", "--port", "0"]]) await refused(args, dataDir, c.says);
-  }, 60_000);
+  });
 });
 
 /** A database as a later badgebench would leave it: every migration of this one, and one more. */

@@ -378,7 +378,7 @@ describe("reads on PostgreSQL", () => {
     } finally {
       await database.drop();
     }
-  }, 60_000);
+  });
 });
 
 /** Another client taking the publish lock and keeping it until `release()`; `holding` ends with it. */

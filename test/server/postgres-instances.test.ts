@@ -275,7 +275,7 @@ describe("revocations reach every instance's cache", () => {
     await Promise.all(servers.slice(1).map((server) => refusedBy(server, () => checkWith(server, revoked.token))));
     // Another badge's cached principal is read again, not lost.
     for (const status of await onEvery((server) => checkWith(server, badge.token))) expect(status).toBe(200);
-  }, 60_000);
+  });
 
   it("an API key revoked by `badgebench keys revoke` in another process is refused by every instance once the notification arrives", async () => {
     const revoked = await createApiKey(store.db, { mode: "test", scopes: ["attendance:read"] });
@@ -284,7 +284,7 @@ describe("revocations reach every instance's cache", () => {
     expect(result.code, result.stderr).toBe(0);
     await Promise.all(servers.map((server) => refusedBy(server, () => listWith(server, revoked.secret))));
     for (const status of await onEvery((server) => listWith(server, key))) expect(status).toBe(200);
-  }, 60_000);
+  });
 });
 
 describe("concurrent moves on different instances", () => {

@@ -11,7 +11,7 @@ const tempDir = tempDirs("production");
 
 beforeAll(() => {
   execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: "ignore" });
-}, 60_000);
+});
 afterAll(killLeftoverServers);
 
 describe("the built server (npm start)", () => {
@@ -47,7 +47,7 @@ describe("the built server (npm start)", () => {
         expect({ code: result.code, stderr: result.stderr }).toEqual({ code: 2, stderr: `badgebench: ${message}\n` });
       }
     }
-  }, 60_000);
+  });
 
   it("refuses an unknown option and a wrong --sync with one line, exit 2", async () => {
     for (const args of [["--bogus"], ["--sync", "sometimes"]]) {

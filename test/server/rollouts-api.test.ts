@@ -15,7 +15,7 @@ let minor = 4;
 beforeAll(async () => {
   f = await startRolloutFixture({ firstStage: FIRST_STAGE, inside: 3, outside: 6 });
   await f.h.publish("1.4.0");
-}, 60_000);
+});
 afterAll(() => f?.close());
 // A test that failed half-way leaves no open rollout behind for the next one (one is open at a time).
 afterEach(async () => {
@@ -146,7 +146,7 @@ describe("a staged rollout", { timeout: 120_000 }, () => {
     const mine = async (type: string) => (await events(type)).filter((e) => e.data.object.id === rollout.id).length;
     expect(await mine("release.rollout_advanced")).toBe(2);
     expect(await mine("release.rollout_completed")).toBe(1);
-  }, 60_000);
+  });
 
   it("lets an operator pause, resume and advance by hand", async () => {
     const version = await confirmedRelease();
@@ -169,7 +169,7 @@ describe("a staged rollout", { timeout: 120_000 }, () => {
   });
 });
 
-describe("a rollout moved by another process", { timeout: 60_000 }, () => {
+describe("a rollout moved by another process", () => {
   // The server keeps the mode's open rollout in memory for the checks and downloads; a move by
   // `badgebench release rollout` in a process of its own must reach it: on SQLite from the next
   // check (the database's data_version), on PostgreSQL by the command's notification, and at the
