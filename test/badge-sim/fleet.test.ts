@@ -37,7 +37,7 @@ beforeAll(async () => {
     spreadMs: 500,
     seed: 7,
   });
-}, 120_000);
+});
 afterAll(() => server?.close());
 
 /** What each badge should end as, from how it was set up. */
@@ -149,7 +149,7 @@ describe("badgebench sim fleet", () => {
     expect(body.latencyMs.check.count).toBe(5);
   });
 
-  it("refuses --server without an API key in one line (exit 2)", { timeout: 120_000 }, async () => {
+  it("refuses --server without an API key in one line (exit 2)", async () => {
     const result = await run(["sim", "fleet", "--badges", "5", "--server", "http://127.0.0.1:9"]);
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/^badgebench: --server needs an API key: --key KEY or BADGEBENCH_API_KEY .*\n$/);

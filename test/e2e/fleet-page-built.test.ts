@@ -32,7 +32,7 @@ beforeAll(async () => {
   const added = await run(["devices", "add", "--room", "R101", "--model", "badge-v2", "--name", "Front desk", "--data", dataDir]);
   expect(added.code, added.stderr).toBe(0);
   browser = await launchBrowser();
-}, 120_000);
+});
 afterAll(async () => {
   await browser?.close();
   if (server) await stop(server);

@@ -71,7 +71,7 @@ describe("the fleet", () => {
   let page: Page;
   beforeAll(async () => {
     page = await openFleet(fleet.adminKey);
-  }, 120_000);
+  });
   afterAll(() => page.close());
 
   it("shows every badge with its state by icon and word, counts per state, and the releases with the canary", async () => {
@@ -260,7 +260,7 @@ describe("bad input", () => {
     await expect.poll(() => connection.textContent(), { timeout: 120_000 }).toContain("Connected");
     await page.close();
     await proxy.stop();
-  }, 120_000);
+  });
 });
 
 describe("on a phone", () => {

@@ -159,7 +159,7 @@ describe("the rig's provision command", () => {
 });
 
 describe("the process relay (Tasmota topics)", () => {
-  it("runs the process while either relay is on, kills it when the last goes off, and writes the USB relay's state to the VBUS file", { timeout: 120_000 }, async () => {
+  it("runs the process while either relay is on, kills it when the last goes off, and writes the USB relay's state to the VBUS file", async () => {
     const topic = `reference-badge-test-${process.pid}`;
     const usbTopic = `${topic}-usb`;
     const bench = fs.mkdtempSync(path.join(os.tmpdir(), "process-relay-"));

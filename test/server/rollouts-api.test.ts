@@ -48,7 +48,7 @@ async function events(type: string) {
   return answer.body.data as any[];
 }
 
-describe("a staged rollout", { timeout: 120_000 }, () => {
+describe("a staged rollout", () => {
   it("offers the release only to badges inside the current stage; the others are told they are current", async () => {
     const version = await confirmedRelease();
     const rollout = await create(version);
@@ -203,7 +203,7 @@ describe("a rollout moved by another process", () => {
   });
 });
 
-describe("webhook events", { timeout: 120_000 }, () => {
+describe("webhook events", () => {
   it("lets an endpoint subscribe to the three rollout events and sends a test delivery of each, shaped as documented", async () => {
     const types = ["release.rollout_advanced", "release.rollout_halted", "release.rollout_completed"];
     const endpoint = await f.call("POST", "/v1/webhook_endpoints", { key: f.keys.webhooks, body: { url: "http://127.0.0.1:9/hooks", enabled_events: types } });
@@ -216,7 +216,7 @@ describe("webhook events", { timeout: 120_000 }, () => {
   });
 });
 
-describe("modes and scopes", { timeout: 120_000 }, () => {
+describe("modes and scopes", () => {
   it("keeps a test key away from live rollouts and needs releases:write to change one", async () => {
     const version = await confirmedRelease();
     expect((await f.call("POST", "/v1/rollouts", { key: f.keys.read, body: { version } })).status).toBe(403);
@@ -232,7 +232,7 @@ describe("modes and scopes", { timeout: 120_000 }, () => {
   });
 });
 
-describe("bad input", { timeout: 120_000 }, () => {
+describe("bad input", () => {
   const refusals: Array<[string, Record<string, unknown>, string]> = [
     ["stages not increasing", { stages: [5, 50, 25, 100] }, "stages"],
     ["a stage over 100", { stages: [5, 150] }, "stages.1"],
