@@ -99,7 +99,7 @@ beforeAll(async () => {
     fs.symlinkSync(path.join(ROOT, entry), path.join(workspace, entry));
   }
   server = await serve(["--demo", "--data", path.join(workspace, "var")]);
-}, 60_000);
+});
 
 afterAll(async () => {
   if (server) await stop(server);

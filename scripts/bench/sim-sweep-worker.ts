@@ -50,7 +50,15 @@ async function play({ index, case: c, crashVersion }: NumberedCase): Promise<voi
 }
 
 port.on("message", async (message: SweepParentMessage) => {
-  if (message.type === "play") return play(message.case);
+  if (message.type === "play") {
+    try {
+      return await play(message.case);
+    } catch (error) {
+      // the thread ends with the error (the parent hears it): its server's data directory goes first
+      await sim.close();
+      throw error;
+    }
+  }
   await sim.close();
   // after the close, so that the parent waits for the server's data directory to go
   port.postMessage({ type: "done" } satisfies SweepWorkerMessage);

@@ -144,8 +144,8 @@ export interface ProcessRelayOptions {
   usbTopic: string;
   /** the badge's `--usb` file: `charging` or `external` while the USB relay is on, `none` while off */
   usbFile: string;
-  /** a bench supply file (`<mv> <power>`, as a farm's setup command writes it): USB power is `external` when its power word says so; else `usbSupply` */
-  supplyFile?: string;
+  /** the bench supply file (`<mv> <power>`, as the setup command writes it): USB power is `external` when its power word says so, else `charging` */
+  supplyFile: string;
   start: () => ChildProcess;
 }
 
@@ -161,8 +161,6 @@ export class ProcessRelay {
   readonly topics: { battery: string; usb: string };
   /** process starts and kills that MQTT commands made (a power cut is one kill) */
   readonly switched = { on: 0, off: 0 };
-  /** what USB power is while plugged in (set per group of scenarios) */
-  usbSupply: UsbSupply = "charging";
   #client: MqttClient;
   #options: ProcessRelayOptions;
   #contacts = { battery: false, usb: false };
@@ -224,7 +222,7 @@ export class ProcessRelay {
    * every read of a download, and a file caught truncated would read as USB power gone.
    */
   #writeUsb(): void {
-    const supply = this.#options.supplyFile ? readSupply(this.#options.supplyFile).usb : this.usbSupply;
+    const supply = readSupply(this.#options.supplyFile).usb;
     const sense = `${this.#contacts.usb ? supply : "none"}\n`;
     if (sense === this.#usbSense) return;
     fs.writeFileSync(`${this.#options.usbFile}.new`, sense);
@@ -334,6 +332,8 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
   /** what the server running now published (runs that want the same play on it) */
   let lastServerSetup = "";
   const results: HilScenarioResult[] = new Array(scenarios.length);
+  /** the setups hil run made, counted from setupsLog */
+  let setups = 0;
   try {
     const proxyPort = await freePort();
     const brokerUrl = options.brokerUrl ?? process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -410,9 +410,10 @@ export async function runReferenceRig(options: ReferenceRigOptions): Promise<Ref
     await pair.close();
     await server?.close();
     fs.closeSync(badgeLog);
+    setups = fs.existsSync(setupsLog) ? fs.readFileSync(setupsLog, "utf8").split("\n").filter(Boolean).length : 0;
+    // a temporary work directory goes whether the run ended or failed
+    if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
   }
-  const setups = fs.existsSync(setupsLog) ? fs.readFileSync(setupsLog, "utf8").split("\n").filter(Boolean).length : 0;
-  if (!options.workDir) fs.rmSync(work, { recursive: true, force: true });
   return { results, runs: runs.length, setups, relay: relay ? { ...relay.switched } : { on: 0, off: 0 }, wallMs: performance.now() - started };
 }
 

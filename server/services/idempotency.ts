@@ -84,7 +84,7 @@ export interface KeyedRequest<I> {
   owner: KeyOwner;
   key: string;
   input: I;
-  /** the grouped write's `prefetch` of this request, when it has one (PostgreSQL); may reject */
+  /** the grouped write's `prefetch` of this request, when it has one (PostgreSQL): undefined when its read failed; may reject */
   prefetched?: Promise<unknown>;
 }
 
@@ -123,8 +123,19 @@ export function groupedWrite<I>(write: GroupedWrite<I>): GroupedCombinable<I> {
   return {
     one: (trx, request) => answer(trx as Transaction<Database>, request.owner, request.key, write.operation(request.input)),
     many: (db, requests) => write.many(db, requests),
-    prefetch: write.prefetch,
+    prefetch: write.prefetch && answeringFailures(write.prefetch),
   };
+}
+
+/**
+ * A prefetch whose group statement answers `undefined` for each read when it fails, rather than
+ * failing: the write batcher would run a failed statement's reads again one by one in a later
+ * group's transaction, after that group's `many` statements, and a `many` there waiting for the
+ * read (its request's, queued once the reservation was made) would wait forever, holding the
+ * group. `many` reads for itself what it was not given.
+ */
+function answeringFailures<I>(prefetch: CombinableWrite<I, unknown>): CombinableWrite<I, unknown> {
+  return { one: prefetch.one, many: (db, inputs) => prefetch.many(db, inputs).catch(() => inputs.map(() => undefined)) };
 }
 
 /** A key's answer as `many` stores it (the shown-once secrets withheld, as every stored answer); `recordId`: stored only if that record is. */

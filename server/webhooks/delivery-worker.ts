@@ -168,21 +168,31 @@ export class DeliveryWorker {
       const moreToFanOut = (await this.#fanOut(trx, now, endpoints, batch)) === batch;
       return { moreToFanOut, claimed: await this.#claim(trx, now, endpoints, limit) };
     });
-    // A mode whose endpoint was disabled may have none enabled now: its events can then be
-    // written dispatched. Its own transaction, after the tick's: the mode's lock is taken first
-    // by every endpoint write (webhooks-store.ts: lockEndpointMode), never after the endpoint
-    // rows this tick locked, so the two cannot deadlock.
-    for (const livemode of disabledModes) {
-      await this.#db.transaction().execute(async (trx) => {
-        await store.lockEndpointMode(trx, livemode);
-        await store.refreshEndpointMode(trx, livemode);
-      });
-    }
     for (const { delivery } of result.claimed) {
       this.#inFlight++;
       this.#perEndpoint.set(delivery.endpoint_id, (this.#perEndpoint.get(delivery.endpoint_id) ?? 0) + 1);
     }
+    for (const livemode of disabledModes) await this.#refreshMode(livemode);
     return result;
+  }
+
+  /**
+   * A mode whose endpoint was disabled may have none enabled now: its events can then be written
+   * dispatched. Its own transaction, after the tick's: the mode's lock is taken first by every
+   * endpoint write (webhooks-store.ts: lockEndpointMode), never after the endpoint rows the tick
+   * locked, so the two cannot deadlock. Its failure fails no tick (the deliveries the tick claimed
+   * would wait for their leases to run out): the mode still says it has an endpoint, so its events
+   * come to the worker as before, and the next endpoint write sets it right.
+   */
+  async #refreshMode(livemode: Livemode): Promise<void> {
+    try {
+      await this.#db.transaction().execute(async (trx) => {
+        await store.lockEndpointMode(trx, livemode);
+        await store.refreshEndpointMode(trx, livemode);
+      });
+    } catch (err) {
+      this.#logger.warn({ err, livemode }, "could not record whether the mode still has an enabled webhook endpoint");
+    }
   }
 
   async #fanOut(trx: Transaction<Database>, now: Date, endpoints: EnabledEndpoint[], batch: number): Promise<number> {

@@ -26,7 +26,7 @@ function sqlIn(file: string): string[] {
 
 describe("SQL lives in server/store/ only", () => {
   // Parses every source file outside the store: seconds on a busy 2-core machine.
-  it("no layer outside it holds SQL", { timeout: 60_000 }, () => {
+  it("no layer outside it holds SQL", () => {
     const layers = /^(firmware|server|badge-sim|hil|scripts)\//;
     const files = sourceFiles().filter((file) => layers.test(file) && !file.startsWith("server/store/") && file.endsWith(".ts"));
     expect(files.flatMap(sqlIn)).toEqual([]);

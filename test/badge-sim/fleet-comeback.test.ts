@@ -17,7 +17,7 @@ beforeAll(async () => {
   server = await startSimServer({ downloads: { maxConcurrent: 3, retryAfterS: 2 } });
   await server.publish({ version: "1.4.0", size: IMAGE_BYTES });
   await server.publish({ version: "1.5.0", size: IMAGE_BYTES });
-}, 60_000);
+});
 afterAll(() => server?.close());
 
 async function fleetOf(resume: boolean, seed: number): Promise<FleetSummary> {

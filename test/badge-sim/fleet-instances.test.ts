@@ -59,7 +59,7 @@ beforeAll(async () => {
     ask: { atMs: 200, spreadMs: 0, badges: BURST },
     seed: 5,
   });
-}, 120_000);
+});
 afterAll(async () => {
   await Promise.all((relays ?? []).map((relay) => relay.close()));
   await sim?.close();

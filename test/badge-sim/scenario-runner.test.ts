@@ -93,7 +93,7 @@ describe("badgebench sim run", CLI_TIMEOUT, () => {
     const xml = fs.readFileSync(junit, "utf8");
     expect(xml.match(/<testcase /g)).toHaveLength(shipped.length);
     expect(xml).toContain(`tests="${shipped.length}" failures="0" errors="0" skipped="0"`);
-  }, 120_000);
+  });
 
   it("exits 1 on a failing scenario and shows expected vs observed in plain lines; the JUnit report has the failure and still validates", async () => {
     const failing = variant("happy-path.json", (json) => (json.expect.runningVersion = "9.9.9"));

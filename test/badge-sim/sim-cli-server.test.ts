@@ -33,7 +33,7 @@ beforeAll(async () => {
   keys.live = (await createApiKey(db, { mode: "live", scopes: ["devices:write", "releases:read"] })).secret;
   await importSchool(db, { rooms: [{ code: "R1", name: "Room 1" }] }, { mode: "live" });
   await createDevice(db, { mode: "live", room: "R1", model: "esp32-badge", name: "a real badge" });
-}, 60_000);
+});
 afterAll(() => h.close());
 
 const sim = (args: string[], env: Record<string, string> = {}) => run(["sim", ...args], { env: baseEnv(env), timeoutMs: SIM_TIMEOUT_MS });

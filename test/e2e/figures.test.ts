@@ -5,11 +5,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { run } from "../server/cli-process.ts";
 import { launchBrowser, screenshot, type Browser } from "./browser.ts";
-
-vi.setConfig({ testTimeout: 90_000 });
 
 let dir: string;
 let browser: Browser;

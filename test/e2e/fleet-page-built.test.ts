@@ -9,8 +9,6 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { killLeftoverServers, ROOT, run, serve, stop, tempDirs, type Server } from "../server/cli-process.ts";
 import { launchBrowser, type Browser } from "./browser.ts";
 
-vi.setConfig({ testTimeout: 30_000 });
-
 const BUNDLE = path.join(ROOT, "dist", "serve.js");
 const tempDir = tempDirs("built-fleet");
 
@@ -34,7 +32,7 @@ beforeAll(async () => {
   const added = await run(["devices", "add", "--room", "R101", "--model", "badge-v2", "--name", "Front desk", "--data", dataDir]);
   expect(added.code, added.stderr).toBe(0);
   browser = await launchBrowser();
-}, 120_000);
+});
 afterAll(async () => {
   await browser?.close();
   if (server) await stop(server);

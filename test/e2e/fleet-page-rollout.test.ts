@@ -2,14 +2,12 @@
 // ota=err shows its stage, its counts per stage, the halt with the badge and the reason; the
 // operator's buttons resume, pause and abort it, and the page shows each new status.
 import type { Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { startRolloutFixture, type RolloutFixture } from "../server/rollout-fixture.ts";
 import { launchBrowser, screenshot, type Browser } from "./browser.ts";
 
-// A browser round trip takes longer than vitest's default 5 s on a busy 2-core machine.
-vi.setConfig({ testTimeout: 30_000 });
-// A click's POST, the reload and the render take longer than expect.poll's default 1 s there too.
+// A click's POST, the reload and the render take longer than expect.poll's default 1 s on a busy machine.
 const UNTIL_SHOWN = { timeout: 120_000 };
 
 const FIRST_STAGE = 10;
@@ -31,7 +29,7 @@ beforeAll(async () => {
   await f.report(failing.token, "1.4.0", "err|1.5.0|MD5 mismatch");
   operatorKey = (await createApiKey(f.h.server.store.db, { mode: "test", scopes: ["devices:read", "releases:write"], name: "operator" })).secret;
   browser = await launchBrowser();
-}, 60_000);
+});
 afterAll(async () => {
   await browser?.close();
   await f?.close();

@@ -4,15 +4,12 @@
 // server going away and coming back, and a badge name made of HTML.
 import net from "node:net";
 import type { Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey, revokeApiKey } from "../../server/services/api-keys.ts";
 import { createDevice, revokeDevice } from "../../server/services/devices.ts";
 import { startBadgeHarness, type BadgeHarness } from "../server/badge-harness.ts";
 import { canaryReportsOk, HTML_NAME, seedFleet, type SeededFleet } from "../server/seeded-fleet.ts";
 import { launchBrowser, README_SCREENSHOT_MAX_BYTES, screenshot, type Browser } from "./browser.ts";
-
-// A browser round trip takes longer than vitest's default 5 s on a busy 2-core machine.
-vi.setConfig({ testTimeout: 20_000 });
 
 const STATE_WORDS = ["Current", "Outdated", "Unreleased", "Updating", "Failed", "No report", "Unknown"];
 
@@ -23,7 +20,7 @@ beforeAll(async () => {
   h = await startBadgeHarness();
   fleet = await seedFleet(h);
   browser = await launchBrowser();
-}, 60_000);
+});
 afterAll(async () => {
   await browser?.close();
   await h?.close();
@@ -74,7 +71,7 @@ describe("the fleet", () => {
   let page: Page;
   beforeAll(async () => {
     page = await openFleet(fleet.adminKey);
-  }, 120_000);
+  });
   afterAll(() => page.close());
 
   it("shows every badge with its state by icon and word, counts per state, and the releases with the canary", async () => {
@@ -263,7 +260,7 @@ describe("bad input", () => {
     await expect.poll(() => connection.textContent(), { timeout: 120_000 }).toContain("Connected");
     await page.close();
     await proxy.stop();
-  }, 120_000);
+  });
 });
 
 describe("on a phone", () => {
@@ -307,7 +304,7 @@ describe("a revoked badge", () => {
     } finally {
       await own.close();
     }
-  }, 60_000);
+  });
 });
 
 describe("10,000 badges", () => {
@@ -355,7 +352,7 @@ describe("10,000 badges", () => {
     } finally {
       await big.close();
     }
-  }, 60_000);
+  });
 });
 
 /** A TCP forwarder that can be stopped and started again on the same port: a server that goes away and comes back. */

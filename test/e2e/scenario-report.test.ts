@@ -8,11 +8,9 @@ import os from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import type { Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT, run } from "../server/cli-process.ts";
 import { launchBrowser, README_SCREENSHOT_MAX_BYTES, screenshot, type Browser } from "./browser.ts";
-
-vi.setConfig({ testTimeout: 30_000 });
 
 const SHIPPED = path.join(ROOT, "fixtures/scenarios");
 const HTML_NAME = "happy path <img src=x onerror=window.pwned=1>";
@@ -42,7 +40,7 @@ beforeAll(async () => {
     if (!request.url().startsWith("file:")) networkRequests.push(request.url());
   });
   await page.goto(pathToFileURL(report).href);
-}, 90_000);
+});
 afterAll(async () => {
   await browser?.close();
   fs.rmSync(dir, { recursive: true, force: true });

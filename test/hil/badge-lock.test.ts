@@ -5,7 +5,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { BadgeBusyError, lockBadge, lockBadges, lockFileFor, readHolder } from "../../hil/badge-lock.ts";
 import { openPtyPair } from "../../hil/pty-pair.ts";
 import { startSimServer } from "../../scripts/harness/sim-server.ts";
@@ -21,7 +21,6 @@ afterEach(async () => {
 const lockDir = scratch("locks");
 process.env.BADGEBENCH_LOCK_DIR = lockDir;
 afterAll(() => void delete process.env.BADGEBENCH_LOCK_DIR);
-vi.setConfig({ testTimeout: 60_000 });
 
 /** Is the lock free (flock -n takes it at once)? */
 const isFree = (file: string) => spawnSync("flock", ["-n", file, "true"]).status === 0;

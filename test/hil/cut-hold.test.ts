@@ -119,7 +119,7 @@ async function cutDownload(atPercent: number, options: { hold: boolean }) {
 }
 
 describe("a power cut at a byte, with the fault proxy in the badge's path", () => {
-  it("holds the download at the end of the cut's window, so a relay a second slow still cuts before the next checkpoint", { timeout: 120_000 }, async () => {
+  it("holds the download at the end of the cut's window, so a relay a second slow still cuts before the next checkpoint", async () => {
     const { checks, receivedAtCut, entered, notes } = await cutDownload(10, { hold: true });
     // 10 % is byte 26214: the cut must land before the first install checkpoint, byte 65536
     expect(receivedAtCut).toBe(65535);
@@ -128,13 +128,13 @@ describe("a power cut at a byte, with the fault proxy in the badge's path", () =
     expect(notes).toContain("the fault proxy holds download 1 at byte 65535 until the power is cut (at byte 26214)");
   });
 
-  it("holds a cut at 99 % one byte short of the image's end: the badge never finishes the download", { timeout: 120_000 }, async () => {
+  it("holds a cut at 99 % one byte short of the image's end: the badge never finishes the download", async () => {
     const { checks, receivedAtCut } = await cutDownload(99, { hold: true });
     expect(receivedAtCut).toBe(TOTAL - 1);
     expect(checks[0]).toMatchObject({ expected: "at download byte 259522, before byte 262144", passed: true });
   });
 
-  it("without the hold, a relay slower than the download cuts late, and the check says how far the badge got", { timeout: 120_000 }, async () => {
+  it("without the hold, a relay slower than the download cuts late, and the check says how far the badge got", async () => {
     const { checks, receivedAtCut } = await cutDownload(10, { hold: false });
     expect(receivedAtCut).toBe(TOTAL);
     expect(checks[0]).toMatchObject({ passed: false, observed: "late: the badge had downloaded 262144 bytes before the power went" });

@@ -162,7 +162,7 @@ describe("flashing in this process, over binding-mock", () => {
     expect(done).toEqual([...done].sort((a, b) => a - b));
     expect(result.timing.totalMs).toBeGreaterThanOrEqual(result.timing.connectMs + result.timing.writeMs);
     await expectReleased(binding, adapter);
-  }, 120_000);
+  });
 
   it("names the block a badge stopped answering at, and releases the port", async () => {
     const { fake, binding, adapter } = fakeOnMockPort({ faults: { silentAfterDataBlocks: 3 } });
@@ -176,7 +176,7 @@ describe("flashing in this process, over binding-mock", () => {
     });
     expect(fake.errors).toEqual([]);
     await expectReleased(binding, adapter);
-  }, 120_000);
+  });
 
   it("reports an MD5 mismatch with both sums, and releases the port", async () => {
     const { binding, adapter } = fakeOnMockPort({ faults: { corruptByteAt: APP_OFFSET + 1000 } });
@@ -187,7 +187,7 @@ describe("flashing in this process, over binding-mock", () => {
       message: `MD5 mismatch after writing app.bin at 0x10000: the file's is ${md5Hex(app)}, the flash's ${md5Hex(corrupted)}`,
     });
     await expectReleased(binding, adapter);
-  }, 120_000);
+  });
 
   it("refuses an image that runs past the end of the 4 MB flash before writing anything", async () => {
     const { fake, adapter } = fakeOnMockPort();
@@ -198,7 +198,7 @@ describe("flashing in this process, over binding-mock", () => {
     });
     expect(fake.commands).not.toContain(OP.FLASH_DEFL_BEGIN);
     expect(adapter.isOpen).toBe(false);
-  }, 120_000);
+  });
 });
 
 describe("flashing across a socat pty pair", () => {
@@ -225,7 +225,7 @@ describe("flashing across a socat pty pair", () => {
     // Released: the port opens again.
     const again = await SerialPort.binding.open({ path: pair.host, baudRate: 115200 });
     await again.close();
-  }, 120_000);
+  });
 
   it("says a busy port is busy", async () => {
     const { pair } = await fakeOnPty();
@@ -278,7 +278,7 @@ describe("flashing across a socat pty pair", () => {
         reset_into_app: false,
       });
       expect(stderr).toBe(`connecting to ${pair.host}\nwriting ${appFile} at 0x10000\nverifying ${appFile} at 0x10000\nresetting into the app\n`);
-    }, 120_000);
+    });
 
     it("exits 2 on bad arguments, having opened nothing", async () => {
       const { status, stdout } = await run({ port: "/dev/ttyUSB-badgebench-none", files: [`${appFile}@0x1001`], json: true });

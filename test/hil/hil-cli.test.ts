@@ -19,8 +19,6 @@ afterEach(async () => {
 });
 
 const noStack = (text: string) => expect(text).not.toMatch(/\n\s+at /);
-// every test starts the CLI (tsx compiles it) once or more, on 2 shared cores
-vi.setConfig({ testTimeout: 60_000 });
 
 describe("hil ports", () => {
   it("lists the ports from /dev and sysfs when udevadm is not there, exit 0", async () => {

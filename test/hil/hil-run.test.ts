@@ -24,8 +24,6 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 afterAll(killLeftoverServers);
-// every test starts the CLI (tsx compiles it) several times, on 2 shared cores
-vi.setConfig({ testTimeout: 120_000 });
 
 describe("the simulated badge's reboot", () => {
   it("restarts the badge from what its flash and NVS hold, with the ROM's reset banner", async () => {

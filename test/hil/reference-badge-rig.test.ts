@@ -12,9 +12,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import mqtt from "mqtt";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { loadScenario } from "../../badge-sim/runners/scenario.ts";
-import { ProcessRelay, runsOf } from "../../scripts/cli/reference-badge-rig.ts";
+import { ProcessRelay, runReferenceRig, runsOf } from "../../scripts/cli/reference-badge-rig.ts";
 import { ROOT } from "../server/cli-process.ts";
 
 const BROKER = process.env.MQTT_URL ?? "mqtt://127.0.0.1:1883";
@@ -159,11 +159,12 @@ describe("the rig's provision command", () => {
 });
 
 describe("the process relay (Tasmota topics)", () => {
-  it("runs the process while either relay is on, kills it when the last goes off, and writes the USB relay's state to the VBUS file", { timeout: 120_000 }, async () => {
+  it("runs the process while either relay is on, kills it when the last goes off, and writes the USB relay's state to the VBUS file", async () => {
     const topic = `reference-badge-test-${process.pid}`;
     const usbTopic = `${topic}-usb`;
-    const usbFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "process-relay-")), "usb.txt");
-    const relay = await ProcessRelay.connect({ brokerUrl: BROKER, topic, usbTopic, usbFile, start: () => spawn("sleep", ["60"], { stdio: "ignore" }) });
+    const bench = fs.mkdtempSync(path.join(os.tmpdir(), "process-relay-"));
+    const [usbFile, supplyFile] = [path.join(bench, "usb.txt"), path.join(bench, "supply.txt")];
+    const relay = await ProcessRelay.connect({ brokerUrl: BROKER, topic, usbTopic, usbFile, supplyFile, start: () => spawn("sleep", ["60"], { stdio: "ignore" }) });
     const client = await mqtt.connectAsync(BROKER, { reconnectPeriod: 0 });
     try {
       const answers: string[] = [];
@@ -172,7 +173,8 @@ describe("the process relay (Tasmota topics)", () => {
       const ask = async (which: string, payload: string) => {
         const count = answers.length;
         await client.publishAsync(`cmnd/${which}/POWER`, payload, { qos: 1 });
-        await expect.poll(() => answers.length, { timeout: 5000 }).toBe(count + 1);
+        // a hang's bound, not a speed: the answer comes in milliseconds on an idle machine
+        await expect.poll(() => answers.length, { timeout: 60_000 }).toBe(count + 1);
         return answers.at(-1);
       };
       const usb = () => fs.readFileSync(usbFile, "utf8").trim();
@@ -189,7 +191,8 @@ describe("the process relay (Tasmota topics)", () => {
       expect(await ask(usbTopic, "OFF")).toBe("usb OFF");
       expect(relay.isOn).toBe(false); // the last relay off: a power cut
       expect(usb()).toBe("none");
-      relay.usbSupply = "external";
+      // the setup command's supply: USB power that runs the badge without charging it
+      fs.writeFileSync(supplyFile, "3950 external\n");
       expect(await ask(usbTopic, "ON")).toBe("usb ON");
       expect(relay.isOn).toBe(true);
       expect(usb()).toBe("external");
@@ -198,5 +201,22 @@ describe("the process relay (Tasmota topics)", () => {
       await client.endAsync();
       await relay.close();
     }
+  });
+});
+
+describe("a rig that cannot start", () => {
+  it("fails and removes the temporary work directory it made", async () => {
+    const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "rig-tmpdir-"));
+    onTestFinished(() => fs.rmSync(tmp, { recursive: true, force: true }));
+    const before = process.env.TMPDIR;
+    process.env.TMPDIR = tmp;
+    try {
+      // no broker listens on port 1: the relay cannot connect, after the work directory was made
+      await expect(runReferenceRig({ files: [path.join(ROOT, "fixtures/scenarios/happy-path.json")], brokerUrl: "mqtt://127.0.0.1:1" })).rejects.toThrow(/ECONNREFUSED/);
+    } finally {
+      if (before === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = before;
+    }
+    expect(fs.readdirSync(tmp).filter((name) => name.startsWith("reference-badge-rig-"))).toEqual([]);
   });
 });

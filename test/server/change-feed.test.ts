@@ -28,7 +28,7 @@ beforeAll(async () => {
   const dataDir = dirs("store");
   store = await openStore({ dataDir, databaseUrl: database?.url });
   other = await openStore({ dataDir, databaseUrl: database?.url, create: false });
-}, 60_000);
+});
 
 afterAll(async () => {
   await store?.close();

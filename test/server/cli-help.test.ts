@@ -99,7 +99,7 @@ export async function resolve(specifier, context, next) {
 const packagesOf = (modules: string[]) => new Set(modules.filter((m) => m.startsWith("node_modules/")).map((m) => m.split("/")[1]!));
 
 describe("badgebench runs from its bundle", () => {
-  it("--help loads no TypeScript and no module of the server, the simulator or the rig", { timeout: 120_000 }, async () => {
+  it("--help loads no TypeScript and no module of the server, the simulator or the rig", async () => {
     const modules = await projectModulesLoaded(["--help"]);
     expect(modules).toContain("dist/cli/cli.js");
     expect(modules.filter((m) => !m.startsWith("node_modules/") && !m.startsWith("dist/cli/") && !m.startsWith("scripts/cli/"))).toEqual([]);
@@ -108,7 +108,7 @@ describe("badgebench runs from its bundle", () => {
     for (const heavy of ["tsx", "express", "kysely", "better-sqlite3", "xstate", "zod", "pino", "mqtt", "serialport"]) expect(packages).not.toContain(heavy);
   });
 
-  it("keys list opens the store without loading the HTTP server, the simulator or the rig", { timeout: 120_000 }, async () => {
+  it("keys list opens the store without loading the HTTP server, the simulator or the rig", async () => {
     const data = await storeIn(tempDir("keys"));
     expect((await run(["keys", "create", "--mode", "test", "--scope", "attendance:read", "--data", data])).code).toBe(0);
     const modules = await projectModulesLoaded(["keys", "list", "--data", data]);

@@ -90,7 +90,7 @@ describe("counts name one thing in the singular", () => {
     );
   });
 
-  it("sim run of one scenario", { timeout: 120_000 }, async () => {
+  it("sim run of one scenario", async () => {
     const result = await run(["sim", "run", "fixtures/scenarios/happy-path.json"], { timeoutMs: 110_000 });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toMatch(/^1 scenario: 1 passed, 0 failed, 0 errors, 0 skipped in /m);

@@ -73,7 +73,7 @@ async function get(url: string, token?: string) {
 // ---------------------------------------------------------------------------------------------
 
 describe("badgebench --help", () => {
-  it("exits 0 and lists serve, keys, import and sessions", { timeout: 120_000 }, async () => {
+  it("exits 0 and lists serve, keys, import and sessions", async () => {
     const result = await run(["--help"]);
     expect(result.code).toBe(0);
     for (const command of ["serve", "keys", "import", "sessions"]) {
@@ -90,7 +90,7 @@ describe("badgebench keys", () => {
     dir = await storeIn(tempDir("keys"));
   });
 
-  it("create --json prints exactly one JSON object with the id and a sk_test_ secret", { timeout: 120_000 }, async () => {
+  it("create --json prints exactly one JSON object with the id and a sk_test_ secret", async () => {
     const result = await run([
       "keys", "create", "--mode", "test", "--scope", "attendance:read", "--scope", "attendance:write",
       "--name", "ci", "--data", dir, "--json",
@@ -104,7 +104,7 @@ describe("badgebench keys", () => {
     expect(fs.existsSync(path.join(dir, DB_FILE))).toBe(true);
   });
 
-  it("create --mode live gives a sk_live_ secret", { timeout: 120_000 }, async () => {
+  it("create --mode live gives a sk_live_ secret", async () => {
     const live = await createKey(dir, "live", ["attendance:read"], "live-ci");
     expect(live.id).toMatch(/^key_/);
     expect(live.secret).toMatch(/^sk_live_/);
@@ -127,7 +127,7 @@ describe("badgebench keys", () => {
     }
   });
 
-  it("list --json prints one list object with the key and no secret", { timeout: 120_000 }, async () => {
+  it("list --json prints one list object with the key and no secret", async () => {
     const result = await run(["keys", "list", "--data", dir, "--json"]);
     expect(result.code, result.stderr).toBe(0);
     const list = parseSingleJson<{ object: string; data: KeyJson[] }>(result.stdout);
@@ -139,7 +139,7 @@ describe("badgebench keys", () => {
     expect(result.stdout).not.toContain(testKey.secret);
   });
 
-  it("revoke --json marks the key revoked", { timeout: 120_000 }, async () => {
+  it("revoke --json marks the key revoked", async () => {
     const revoked = await runJson<KeyJson>(["keys", "revoke", testKey.id, "--data", dir]);
     expect(revoked.id).toBe(testKey.id);
     expect(revoked.revoked_at).not.toBeNull();
@@ -152,14 +152,14 @@ describe("badgebench keys", () => {
     expect(others.map((r) => r.revoked_at)).toEqual([null]);
   });
 
-  it("revoke of an unknown id fails", { timeout: 120_000 }, async () => {
+  it("revoke of an unknown id fails", async () => {
     const result = await run(["keys", "revoke", "key_doesnotexist", "--data", dir, "--json"]);
     expect(result.code).not.toBe(0);
     const body = parseSingleJson<{ error: { message: string } }>(result.stdout);
     expect(body.error.message).toContain("key_doesnotexist");
   });
 
-  it("create with an unknown scope exits non-zero, names the scope, and creates nothing", { timeout: 120_000 }, async () => {
+  it("create with an unknown scope exits non-zero, names the scope, and creates nothing", async () => {
     const [text, json] = await Promise.all([
       run(["keys", "create", "--mode", "test", "--scope", "attendance:read", "--scope", "attendance:teleport", "--data", dir]),
       run(["keys", "create", "--mode", "test", "--scope", "attendance:teleport", "--data", dir, "--json"]),
@@ -182,7 +182,7 @@ describe("badgebench keys", () => {
 });
 
 describe("BADGEBENCH_DATA", () => {
-  it("is the data directory when --data is absent", { timeout: 120_000 }, async () => {
+  it("is the data directory when --data is absent", async () => {
     const dataDir = await storeIn(tempDir("env"));
     // Run from an empty working directory, so the ./var fallback cannot hide a missed env var.
     const cwd = tempDir("cwd");
@@ -205,7 +205,7 @@ describe("badgebench import", () => {
     dir = await storeIn(tempDir("import"));
   });
 
-  it("imports the demo school and prints a summary", { timeout: 120_000 }, async () => {
+  it("imports the demo school and prints a summary", async () => {
     const summary = await runJson<Record<string, number | string>>(["import", DEMO, "--data", dir]);
     expect(summary.mode).toBe("test");
     expect(summary.students).toBeGreaterThanOrEqual(600);
@@ -216,7 +216,7 @@ describe("badgebench import", () => {
     expect(sessions!.n).toBe(summary.sessions_added);
   });
 
-  it("is idempotent: importing again adds no session and no student", { timeout: 120_000 }, async () => {
+  it("is idempotent: importing again adds no session and no student", async () => {
     const before = query<{ n: number }>(dir, "select count(*) as n from sessions")[0]!.n;
     const studentsBefore = countStudents(dir);
     const summary = await runJson<Record<string, number>>(["import", DEMO, "--data", dir]);
@@ -225,7 +225,7 @@ describe("badgebench import", () => {
     expect(countStudents(dir)).toBe(studentsBefore);
   });
 
-  it("rejects a file with an error, naming the path, and imports nothing", { timeout: 120_000 }, async () => {
+  it("rejects a file with an error, naming the path, and imports nothing", async () => {
     const fresh = await storeIn(tempDir("bad-import"));
     const file = path.join(tempDir("bad-file"), "bad-school.json");
     fs.writeFileSync(
@@ -270,9 +270,9 @@ describe("badgebench sessions", () => {
       (r) => r.id,
     );
     expect(scheduled.length).toBeGreaterThanOrEqual(2);
-  }, 120_000);
+  });
 
-  it("close on a scheduled session fails and names both states", { timeout: 120_000 }, async () => {
+  it("close on a scheduled session fails and names both states", async () => {
     const id = scheduled[1]!;
     const [text, json] = await Promise.all([
       run(["sessions", "close", id, "--data", dir]),
@@ -294,7 +294,7 @@ describe("badgebench sessions", () => {
     expect(row!.status).toBe("scheduled");
   });
 
-  it("open on an unknown id fails", { timeout: 120_000 }, async () => {
+  it("open on an unknown id fails", async () => {
     const [text, json] = await Promise.all([
       run(["sessions", "open", "ses_doesnotexist", "--data", dir]),
       run(["sessions", "open", "ses_doesnotexist", "--data", dir, "--json"]),
@@ -305,7 +305,7 @@ describe("badgebench sessions", () => {
     expect(parseSingleJson<{ error: { code: string } }>(json.stdout).error.code).toBe("resource_missing");
   });
 
-  it("serve answers, and admin commands from another process take effect while it runs", { timeout: 120_000 }, async () => {
+  it("serve answers, and admin commands from another process take effect while it runs", async () => {
     const key = await createKey(dir, "test", ["attendance:read"], "reader");
     const server = await serve(["--data", dir]);
 
@@ -344,7 +344,7 @@ describe("badgebench sessions", () => {
 });
 
 describe("badgebench serve --demo", () => {
-  it("loads the demo school into an empty directory once", { timeout: 120_000 }, async () => {
+  it("loads the demo school into an empty directory once", async () => {
     const dir = tempDir("demo");
 
     const first = await serve(["--demo", "--data", dir]);
@@ -373,7 +373,7 @@ describe("badgebench serve --demo", () => {
 });
 
 describe("usage mistakes", () => {
-  it("print one line (or one JSON object under --json) and exit 2", { timeout: 120_000 }, async () => {
+  it("print one line (or one JSON object under --json) and exit 2", async () => {
     const json = await run(["keys", "create", "--scope", "attendance:read", "--json", "--data", tempDir("usage")]);
     expect(json.code).toBe(2);
     expect(parseSingleJson<{ error: { code: string; message: string } }>(json.stdout).error).toEqual({ code: "usage", message: expect.stringContaining("mode") });
@@ -384,7 +384,7 @@ describe("usage mistakes", () => {
     expect(text.stderr).not.toMatch(/\n\s+at /);
   });
 
-  it("a busy port is one line naming the address, exit 1", { timeout: 120_000 }, async () => {
+  it("a busy port is one line naming the address, exit 1", async () => {
     const dir = tempDir("busy-port");
     const first = await serve(["--data", dir]);
     const port = new URL(first.url).port;

@@ -55,19 +55,19 @@ describe("a data directory without a database", () => {
     const empty = tempDir("empty");
     await refused(args, empty, new RegExp(`^badgebench: no badgebench database in ${empty} \\(looked for ${path.join(empty, DATABASE_FILE)}\\); .*badgebench serve --data`));
     expect(fs.readdirSync(empty)).toEqual([]);
-  }, 120_000);
+  });
 
   it("a directory that does not exist is not created either", async () => {
     const missing = path.join(tempDir("parent"), "typo");
     await refused(["keys", "list"], missing, /^badgebench: no badgebench database in .*typo/);
     expect(fs.existsSync(missing)).toBe(false);
-  }, 120_000);
+  });
 
   it("--json gives the refusal as one JSON object", async () => {
     const result = await run(["keys", "list", "--json", "--data", tempDir("json")]);
     expect(result.code).toBe(2);
     expect(JSON.parse(result.stdout).error).toMatchObject({ code: "data_unusable", message: expect.stringContaining("no badgebench database") });
-  }, 120_000);
+  });
 });
 
 describe("a data directory that cannot be used as it is (serve included)", () => {
@@ -111,7 +111,7 @@ describe("a data directory that cannot be used as it is (serve included)", () =>
   it.each(cases.map((c) => [c.name, c] as const))("%s: one line naming it, exit 2, nothing changed", async (_, c) => {
     const dataDir = await c.make();
     for (const args of [["keys", "list"], ["serve", "--port", "0"]]) await refused(args, dataDir, c.says);
-  }, 60_000);
+  });
 });
 
 /** A database as a later badgebench would leave it: every migration of this one, and one more. */

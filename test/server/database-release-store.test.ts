@@ -147,7 +147,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     await importSchool(db, smallSchool(), { mode: "test" });
     releases = new DatabaseReleaseStore(db, 0);
     src = tempDir("src");
-  }, 120_000);
+  });
   afterAll(() => backend?.close());
 
   it("is what openReleaseStores picks for PostgreSQL; SQLite keeps files unless asked", () => {
@@ -304,7 +304,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     expect(outcomes.filter((o) => "codes" in o)).toEqual([0, 1, 2].map(() => ({ codes: ["version_exists"] })));
     expect((await releases.read()).releases.filter((r) => r.version === "2.0.0")).toEqual(won);
     expect(await db.selectFrom("release_images").select("file").where("file", "like", "2.0.0-%").execute()).toHaveLength(1);
-  }, 120_000);
+  });
 
   it("serialises concurrent publishes of different versions: no publish that succeeded is lost", async () => {
     const versions = ["2.1.0", "2.2.0", "2.3.0", "2.4.0"];
@@ -314,7 +314,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
     expect(published.length).toBeGreaterThan(0);
     const inManifest = (await releases.read()).releases.map((r) => r.version).filter((v) => versions.includes(v));
     expect(inManifest).toEqual([...published].sort());
-  }, 120_000);
+  });
   it("survives kills of a publishing process at random moments with the old or the new manifest", async () => {
     const canary = await createDevice(db, { mode: "test", room: "R1", model: "BB-1" });
     const loopSrc = tempDir("loop-src");
@@ -378,7 +378,7 @@ describe("reads on PostgreSQL", () => {
     } finally {
       await database.drop();
     }
-  }, 60_000);
+  });
 });
 
 /** Another client taking the publish lock and keeping it until `release()`; `holding` ends with it. */
@@ -416,7 +416,7 @@ describe("the publish lock on PostgreSQL", () => {
     } finally {
       await database.drop();
     }
-  }, 120_000);
+  });
 
   it("a publish gives up with ReleaseLockedError when the lock stays held, and changes nothing", async () => {
     const database = await createMultiClientDatabase("lock");
@@ -438,5 +438,5 @@ describe("the publish lock on PostgreSQL", () => {
     } finally {
       await database.drop();
     }
-  }, 120_000);
+  });
 });

@@ -32,7 +32,7 @@ describe("badgebench devices", () => {
   beforeAll(async () => {
     // The harness imports the small school (room R1) in both modes and serves the data directory.
     h = await startHarness();
-  }, 120_000);
+  });
   afterAll(async () => {
     await h?.close();
   });

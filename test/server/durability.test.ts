@@ -47,4 +47,4 @@ it("keeps every acknowledged create after kill -9", async () => {
   } finally {
     await reopened.close();
   }
-}, 120_000);
+});

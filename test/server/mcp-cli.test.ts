@@ -27,7 +27,7 @@ function toolCaller(url: string, key: string) {
   };
 }
 
-it("keys create --scope pipelines:write gives a key that creates and lists pipelines over /api/mcp", { timeout: 60_000 }, async () => {
+it("keys create --scope pipelines:write gives a key that creates and lists pipelines over /api/mcp", async () => {
   const dir = await storeIn(tempDir("keys"));
   const key = await createKey(dir);
   expect(key.scopes).toEqual(["pipelines:write"]);
@@ -43,7 +43,7 @@ it("keys create --scope pipelines:write gives a key that creates and lists pipel
   expect(refused.stderr).toContain("pipelines:read, pipelines:write");
 });
 
-it("keeps every acknowledged create_pipeline and update_stage after kill -9", { timeout: 60_000 }, async () => {
+it("keeps every acknowledged create_pipeline and update_stage after kill -9", async () => {
   const dir = await storeIn(tempDir("durability"));
   const key = await createKey(dir);
   const { url, child, exited } = await serve(["--data", dir]);

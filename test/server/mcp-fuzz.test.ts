@@ -169,7 +169,7 @@ describe("fuzz of /api/mcp from outside", () => {
       }),
       { numRuns: 40 },
     );
-  }, 120_000);
+  });
 
   it("well-formed tool calls with random arguments, which sometimes succeed", async () => {
     const outcomes = { succeeded: 0, refused: 0 };
@@ -186,7 +186,7 @@ describe("fuzz of /api/mcp from outside", () => {
     );
     // The generator reaches the tools, not only the argument checks.
     expect(outcomes.succeeded).toBeGreaterThan(30);
-  }, 120_000);
+  });
 
   it("random JSON-RPC messages, headers and keys", async () => {
     await fc.assert(
@@ -198,5 +198,5 @@ describe("fuzz of /api/mcp from outside", () => {
       }),
       { numRuns: 600 },
     );
-  }, 120_000);
+  });
 });

@@ -71,7 +71,7 @@ beforeAll(async () => {
   badge = await createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" });
   receiver = await startReceiver();
   servers = await Promise.all(Array.from({ length: INSTANCES }, (_, i) => serve(["--data", dirs(`instance-${i}`), "--database", database.url], { env: ENV })));
-}, 120_000);
+});
 
 afterAll(async () => {
   await killLeftoverServers();
@@ -121,7 +121,7 @@ describe("one Idempotency-Key sent to every instance at once", () => {
       const retry = await call(servers[round % INSTANCES]!, "POST", "/v1/attendance", { body, idempotencyKey: `create-once-${round}` });
       expect(retry).toMatchObject({ status: 201, replayed: true, body: { id: created[0]!.body.id } });
     }
-  }, 120_000);
+  });
 
   it("applies a correction once", async () => {
     const record = await call(servers[0]!, "POST", "/v1/attendance", { body: { session_id: mathSession, external_id: "S20", status: "present" } });
@@ -136,7 +136,7 @@ describe("one Idempotency-Key sent to every instance at once", () => {
     }
     const history = await store.db.selectFrom("record_history").select("seq").where("record_id", "=", record.body.id).execute();
     expect(history).toHaveLength(6);
-  }, 120_000);
+  });
 });
 
 describe("the same badge sync sent to every instance at once", () => {
@@ -163,7 +163,7 @@ describe("the same badge sync sent to every instance at once", () => {
       const taps = await store.db.selectFrom("device_taps").select("id").where("card_uid", "in", tappers).execute();
       expect(taps).toHaveLength(tappers.length);
     }
-  }, 120_000);
+  });
 });
 
 describe("the same badges checking in on every instance at once", () => {
@@ -196,7 +196,7 @@ describe("the same badges checking in on every instance at once", () => {
       const rows = await store.db.selectFrom("devices").select(["id", "battery_volts"]).where("id", "in", fleet.map((d) => d.id)).execute();
       expect(rows.map((row) => row.battery_volts)).toEqual(fleet.map(() => Number(battery)));
     }
-  }, 120_000);
+  });
 });
 
 describe("a release published once, on the shared database", () => {
@@ -244,7 +244,7 @@ describe("a release published once, on the shared database", () => {
       expect(image.status).toBe(200);
       expect(image.bytes.equals(fs.readFileSync(imageFile))).toBe(true);
     }
-  }, 120_000);
+  });
 });
 
 describe("revocations reach every instance's cache", () => {
@@ -275,7 +275,7 @@ describe("revocations reach every instance's cache", () => {
     await Promise.all(servers.slice(1).map((server) => refusedBy(server, () => checkWith(server, revoked.token))));
     // Another badge's cached principal is read again, not lost.
     for (const status of await onEvery((server) => checkWith(server, badge.token))) expect(status).toBe(200);
-  }, 60_000);
+  });
 
   it("an API key revoked by `badgebench keys revoke` in another process is refused by every instance once the notification arrives", async () => {
     const revoked = await createApiKey(store.db, { mode: "test", scopes: ["attendance:read"] });
@@ -284,7 +284,7 @@ describe("revocations reach every instance's cache", () => {
     expect(result.code, result.stderr).toBe(0);
     await Promise.all(servers.map((server) => refusedBy(server, () => listWith(server, revoked.secret))));
     for (const status of await onEvery((server) => listWith(server, key))) expect(status).toBe(200);
-  }, 60_000);
+  });
 });
 
 describe("concurrent moves on different instances", () => {
@@ -303,7 +303,7 @@ describe("concurrent moves on different instances", () => {
         expect(final.status).toBe("open");
       }
     }
-  }, 120_000);
+  });
 
   it("corrections of one record on every instance at once leave a history where each entry starts where the last ended", async () => {
     const record = await call(servers[0]!, "POST", "/v1/attendance", { body: { session_id: mathSession, external_id: "S21", status: "present" } });
@@ -320,7 +320,7 @@ describe("concurrent moves on different instances", () => {
       expect(entry.seq).toBe(i + 1);
       expect(entry.from_status).toBe(i === 0 ? "present" : history[i - 1]!.to_status);
     });
-  }, 120_000);
+  });
 });
 
 describe("webhooks with every instance delivering", () => {
@@ -348,7 +348,7 @@ describe("webhooks with every instance delivering", () => {
     const delivered = receiver.deliveries.map((d) => d.event.id);
     expect(delivered.length).toBe(new Set(delivered).size);
     expect(new Set(delivered)).toEqual(committed);
-  }, 120_000);
+  });
 });
 
 describe("an instance killed mid-delivery", () => {
@@ -406,7 +406,7 @@ describe("an instance killed mid-delivery", () => {
       await ownStore.close();
       await own.drop();
     }
-  }, 120_000);
+  });
 });
 
 describe("a staged rollout moved through one instance", () => {

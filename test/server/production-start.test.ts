@@ -11,7 +11,7 @@ const tempDir = tempDirs("production");
 
 beforeAll(() => {
   execFileSync("npm", ["run", "--silent", "build"], { cwd: ROOT, stdio: "ignore" });
-}, 60_000);
+});
 afterAll(killLeftoverServers);
 
 describe("the built server (npm start)", () => {
@@ -24,7 +24,7 @@ describe("the built server (npm start)", () => {
     expect(res.status).toBe(200);
     expect((await res.json()).data).toHaveLength(1);
     expect(await stop(server)).toEqual({ code: 0, signal: null });
-  }, 120_000);
+  });
 
   it("refuses a data directory that is a file with one line naming it, exit 2, and changes nothing", async () => {
     const file = path.join(tempDir("file"), "not-a-dir");
@@ -33,7 +33,7 @@ describe("the built server (npm start)", () => {
     expect(result.code).toBe(2);
     expect(result.stderr).toBe(`badgebench: the data directory ${file} is a file, not a directory; give --data a directory\n`);
     expect(fs.readFileSync(file, "utf8")).toBe("notes\n");
-  }, 120_000);
+  });
 
   it("refuses a setting from the environment that cannot be used with one line, exit 2, as `badgebench serve` does", async () => {
     const settings = [
@@ -47,7 +47,7 @@ describe("the built server (npm start)", () => {
         expect({ code: result.code, stderr: result.stderr }).toEqual({ code: 2, stderr: `badgebench: ${message}\n` });
       }
     }
-  }, 60_000);
+  });
 
   it("refuses an unknown option and a wrong --sync with one line, exit 2", async () => {
     for (const args of [["--bogus"], ["--sync", "sometimes"]]) {
@@ -55,5 +55,5 @@ describe("the built server (npm start)", () => {
       expect(result.code).toBe(2);
       expect(result.stderr).toMatch(/^badgebench: .*\nrun with --help for usage\n$/);
     }
-  }, 120_000);
+  });
 });

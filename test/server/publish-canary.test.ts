@@ -67,7 +67,7 @@ describe("canary, then fleet", () => {
     });
     image150 = Buffer.from(buildAppImage({ version: "1.5.0", size: 200_000 }));
     writeFile(src, "1.5.0.bin", image150);
-  }, 120_000);
+  });
   afterAll(async () => {
     await h?.close();
   });

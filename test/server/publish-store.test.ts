@@ -186,7 +186,7 @@ describe("the publish lock", () => {
     } finally {
       await store.close();
     }
-  }, 120_000);
+  });
 
   it("a lock left by a killed publish is taken over, and its temp files are removed", async () => {
     const { dataDir, store, releases } = await openDataDir(tempDir("stale-lock"));
@@ -307,5 +307,5 @@ for (;;) {
     } finally {
       await store.close();
     }
-  }, 120_000);
+  });
 });

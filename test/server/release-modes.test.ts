@@ -42,7 +42,7 @@ describe.each(RELEASE_STORE_KINDS)("releases per mode, with the %s release store
     testKey = (await createApiKey(db, { mode: "test", scopes })).secret;
     await h.publish("1.4.0", { livemode: 1 });
     await h.publish("1.5.0", { livemode: 1, canary: liveCanary.id });
-  }, 120_000);
+  });
   afterAll(() => h.close());
 
   let counter = 0;

@@ -15,7 +15,7 @@ describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
   beforeAll(async () => {
     h = await startBadgeHarness({ releases: kind });
     fleet = await seedFleet(h);
-  }, 120_000);
+  });
   afterAll(() => h.close());
 
   let counter = 0;

@@ -103,7 +103,7 @@ describe("the server's load signal", () => {
 });
 
 describe("the delivery worker while the server is busy", () => {
-  it("delivers only its busy share, keeps going at that pace, and sends the rest once the load eases", { timeout: 60_000 }, async () => {
+  it("delivers only its busy share, keeps going at that pace, and sends the rest once the load eases", async () => {
     const database = await createTestDatabase();
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "badgebench-busy-"));
     const store: Store = await openStore({ dataDir: dir, databaseUrl: database?.url });

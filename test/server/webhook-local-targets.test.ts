@@ -109,7 +109,7 @@ describe("with the setting", () => {
 });
 
 describe("badgebench serve", () => {
-  it("allows local test targets with --demo and not without it", { timeout: 60_000 }, async () => {
+  it("allows local test targets with --demo and not without it", async () => {
     const dir = tempDir("demo");
     const demo = await serve(["--demo", "--data", dir]);
     const demoKey = /sk_test_[A-Za-z0-9_-]+/.exec(demo.stderr())![0];
