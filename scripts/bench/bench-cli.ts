@@ -84,7 +84,7 @@ export function writeReport<R extends { command: string; valid?: boolean }>(repo
   if (report.valid === false) process.exitCode = 1;
 }
 
-export function writeLines(lines: string[]): void {
+function writeLines(lines: string[]): void {
   process.stdout.write(`${lines.join("\n")}\n`);
 }
 

@@ -88,12 +88,12 @@ export function track(child: ChildProcess): ChildProcess {
   return child;
 }
 
-export function killChildren(): void {
+function killChildren(): void {
   for (const child of children) child.kill("SIGKILL");
 }
 
 /** Spawns a node process that prints `listening on URL` and resolves with that URL. */
-export function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ child: ChildProcess; url: string }> {
+function spawnServer(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ child: ChildProcess; url: string }> {
   const child = track(spawn(process.execPath, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] }));
   return new Promise((resolve, reject) => {
     let out = "";
@@ -229,7 +229,7 @@ export function summarizeRounds(runs: LoadResult[]): RoundsSummary {
 }
 
 /** User plus system CPU time of a process so far, in microseconds (procCpuSeconds); the process must be running. */
-export function procCpuUs(pid: number): number {
+function procCpuUs(pid: number): number {
   const seconds = procCpuSeconds(pid);
   if (seconds === undefined) throw new Error(`process ${pid} is gone: no CPU time to read`);
   return seconds * 1_000_000;

@@ -1,18 +1,12 @@
 // The PostgreSQL databases of a benchmark run (bench-postgres.ts, bench-sim-fleet.ts): each
 // created fresh on the server at a `postgres://` URL, and dropped however the run ends.
 import { execFileSync } from "node:child_process";
-import { createDatabase as createStoreDatabase, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
+import { createDatabase as createStoreDatabase, databaseUrl, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 
 /** The default PostgreSQL server of the benchmarks' `--postgres` option. */
 export const DEFAULT_BENCH_POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres";
 
 const createdDatabases = new Set<string>();
-
-function databaseUrl(server: string, name: string): string {
-  const url = new URL(server);
-  url.pathname = `/${name}`;
-  return url.toString();
-}
 
 /** A new empty database `name` on `server`; its URL. */
 export async function createDatabase(server: string, name: string): Promise<string> {

@@ -13,9 +13,9 @@ import { BADGE_PATHS } from "../../firmware/index.ts";
 import { startServer } from "../../server/main.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { openStore, postgresQueriesSent } from "../../server/store/database.ts";
-import { createDatabase, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 import { badgeStatusLines, prepareBadgeBench } from "./bench-badge-setup.ts";
 import { benchArgs, positiveInt, writeReport } from "./bench-cli.ts";
+import { createDatabase, DEFAULT_BENCH_POSTGRES, dropDatabases, dropDatabasesOnExit } from "./bench-databases.ts";
 import { commandLine, describeMachine, loadAverage, machine, round, withTempDir, type Machine } from "./bench-common.ts";
 import { planRequests, runPhase } from "./bench-sync.ts";
 
@@ -56,25 +56,23 @@ function request(agent: http.Agent, url: URL, headers: Record<string, string>, b
 }
 
 async function main(): Promise<void> {
-  const values = benchArgs({ requests: { type: "string", default: "200" }, postgres: { type: "string", default: "postgres://postgres@127.0.0.1:5432/postgres" } });
+  const values = benchArgs({ requests: { type: "string", default: "200" }, postgres: { type: "string", default: DEFAULT_BENCH_POSTGRES } });
   const count = positiveInt("requests", values.requests);
-  const admin = values.postgres;
-  const name = `badgebench_bench_${crypto.randomBytes(4).toString("hex")}_trips`;
-  const url = new URL(admin);
-  url.pathname = `/${name}`;
+  const postgres = values.postgres;
   const loadBefore = loadAverage();
-  await withAdminDatabase(admin, (db) => createDatabase(db, name));
+  dropDatabasesOnExit(postgres);
+  const url = await createDatabase(postgres, `badgebench_bench_${crypto.randomBytes(4).toString("hex")}_trips`);
   try {
     const report = await withTempDir("badgebench-bench-trips-", async (dir) => {
       const dataDir = path.join(dir, "data");
       // Enough (session, student) pairs for every create, and cards for every sync tap.
       const rooms = 4;
       const studentsPerRoom = Math.max(TAPS_PER_SYNC, Math.ceil((count * 2) / rooms) + TAPS_PER_SYNC * 4);
-      const bench = await prepareBadgeBench(dataDir, path.join(dir, "scratch"), { rooms, studentsPerRoom, devicesPerRoom: 1, databaseUrl: url.toString(), imageBytes: 64 * 1024 });
-      const store = await openStore({ dataDir, databaseUrl: url.toString() });
+      const bench = await prepareBadgeBench(dataDir, path.join(dir, "scratch"), { rooms, studentsPerRoom, devicesPerRoom: 1, databaseUrl: url, imageBytes: 64 * 1024 });
+      const store = await openStore({ dataDir, databaseUrl: url });
       const key = await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"] });
       await store.close();
-      const server = await startServer({ dataDir, databaseUrl: url.toString(), port: 0, host: "127.0.0.1", logger: pino({ level: "silent" }) });
+      const server = await startServer({ dataDir, databaseUrl: url, port: 0, host: "127.0.0.1", logger: pino({ level: "silent" }) });
       const agent = new http.Agent({ keepAlive: true, maxSockets: IN_FLIGHT });
       try {
         const check = (i: number) =>
@@ -120,7 +118,7 @@ async function main(): Promise<void> {
       ),
     ]);
   } finally {
-    await withAdminDatabase(admin, (db) => dropDatabase(db, name));
+    await dropDatabases(postgres);
   }
 }
 

@@ -7,7 +7,7 @@ import { Kysely, PostgresDialect, type KyselyConfig } from "kysely";
 import pg from "pg";
 import { migrateToLatest } from "../../server/store/migrations.ts";
 import type { Database } from "../../server/store/schema.ts";
-import { createDatabase, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
+import { createDatabase, databaseUrl, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 import { TEST_POSTGRES_URL } from "./postgres-admin.ts";
 
 export interface MultiClientDatabase {
@@ -22,9 +22,7 @@ export interface MultiClientDatabase {
 export async function createMultiClientDatabase(label: string): Promise<MultiClientDatabase> {
   const name = `badgebench_test_${label}_${randomBytes(6).toString("hex")}`;
   await withAdminDatabase(TEST_POSTGRES_URL, (db) => createDatabase(db, name));
-  const serverUrl = new URL(TEST_POSTGRES_URL);
-  serverUrl.pathname = `/${name}`;
-  const url = serverUrl.toString();
+  const url = databaseUrl(TEST_POSTGRES_URL, name);
   const opened: Kysely<Database>[] = [];
   const connect = (config: Pick<KyselyConfig, "log"> = {}) => {
     const pool = new pg.Pool({ connectionString: url, max: 4 });

@@ -12,7 +12,7 @@ const byKey = compiledQuery((db: Db, livemode: Livemode, apiKeyId: string, key: 
   db.selectFrom("idempotency_keys").selectAll().where("livemode", "=", livemode).where("api_key_id", "=", apiKeyId).where("key", "=", key),
 );
 
-export async function findIdempotencyKey(db: Db, owner: KeyOwner, key: string) {
+async function findIdempotencyKey(db: Db, owner: KeyOwner, key: string) {
   return (await byKey(db, owner.livemode, owner.apiKeyId, key)).rows[0];
 }
 

@@ -22,6 +22,13 @@ export async function withAdminDatabase<T>(adminUrl: string, run: (db: AdminDb) 
   }
 }
 
+/** The URL of database `name` on the server `serverUrl` reaches (its user, host and options kept). */
+export function databaseUrl(serverUrl: string, name: string): string {
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
 export async function createDatabase(db: AdminDb, name: string): Promise<void> {
   await sql`create database ${sql.id(name)}`.execute(db);
 }

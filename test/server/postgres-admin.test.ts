@@ -5,16 +5,14 @@ import os from "node:os";
 import { describe, expect, inject, it } from "vitest";
 import { testDatabasePrefix, TEST_POSTGRES_URL } from "../../scripts/harness/postgres-admin.ts";
 import { openStore } from "../../server/store/database.ts";
-import { createDatabase, databasesNamed, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
+import { createDatabase, databaseUrl, databasesNamed, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 
 describe("PostgreSQL databases for tests and benchmarks", () => {
   it("creates one a store can open, lists it by its prefix, and drops it though a connection is still open", async () => {
     const prefix = `${testDatabasePrefix(inject("postgresTestRun"))}admin_`;
     const name = `${prefix}${crypto.randomBytes(4).toString("hex")}`;
-    const url = new URL(TEST_POSTGRES_URL);
-    url.pathname = `/${name}`;
     await withAdminDatabase(TEST_POSTGRES_URL, (db) => createDatabase(db, name));
-    const store = await openStore({ dataDir: os.tmpdir(), databaseUrl: url.toString() });
+    const store = await openStore({ dataDir: os.tmpdir(), databaseUrl: databaseUrl(TEST_POSTGRES_URL, name) });
     try {
       expect(await store.db.selectFrom("settings").selectAll().execute()).toEqual([]);
       await withAdminDatabase(TEST_POSTGRES_URL, async (db) => {

@@ -5,7 +5,7 @@
 // lets connect over TCP from this machine), created with a random name and dropped at close.
 import crypto from "node:crypto";
 import { testDatabasePrefix, TEST_POSTGRES_URL } from "../../scripts/harness/postgres-admin.ts";
-import { createDatabase, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
+import { createDatabase, databaseUrl, dropDatabase, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -28,10 +28,8 @@ export async function createPostgresDatabase(): Promise<TestDatabase> {
   const { inject } = await import("vitest");
   const name = `${testDatabasePrefix(inject("postgresTestRun"))}${crypto.randomBytes(6).toString("hex")}`;
   await withAdminDatabase(TEST_POSTGRES_URL, (db) => createDatabase(db, name));
-  const url = new URL(TEST_POSTGRES_URL);
-  url.pathname = `/${name}`;
   return {
-    url: url.toString(),
+    url: databaseUrl(TEST_POSTGRES_URL, name),
     // FORCE: a server killed by a test may leave its connections behind for a moment.
     drop: () => withAdminDatabase(TEST_POSTGRES_URL, (db) => dropDatabase(db, name)),
   };
