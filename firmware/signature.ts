@@ -39,7 +39,7 @@ export function rawPublicKey(key: KeyObject): Uint8Array {
   return new Uint8Array(key.export({ format: "der", type: "spki" }).subarray(SPKI_PREFIX.length));
 }
 
-export function publicKeyFromRaw(raw: Uint8Array): KeyObject {
+function publicKeyFromRaw(raw: Uint8Array): KeyObject {
   return createPublicKey({ key: Buffer.concat([SPKI_PREFIX, raw]), format: "der", type: "spki" });
 }
 

@@ -43,3 +43,10 @@ export const notFound = (what: string, id: string, param?: string) =>
 
 export const conflict = (code: string, message: string, param?: string) =>
   new ApiError(409, "invalid_request_error", code, message, { param });
+
+/**
+ * Another publish or promote holds the release lock (ReleaseLockedError). 503, not 409: the
+ * idempotency gate keeps 4xx answers for the key, and this one is worth retrying.
+ */
+export const releaseStoreBusy = () =>
+  new ApiError(503, "api_error", "release_store_busy", "Another publish or promote is running; retry shortly.", { headers: { "Retry-After": "1" } });

@@ -37,7 +37,7 @@ export interface ServerOptions {
   connections?: Partial<ConnectionLimits>;
   /** failed authentications allowed per client address (defaults and reasons in http/auth-failures.ts) */
   authFailures?: Partial<AuthFailureBudget>;
-  /** browser origins besides the server's own that may call /api/mcp (default: $BADGEBENCH_MCP_ALLOWED_ORIGINS, comma-separated) */
+  /** browser origins besides the server's own that may call /api/mcp (default: none; `badgebench serve` reads $BADGEBENCH_MCP_ALLOWED_ORIGINS) */
   mcpAllowedOrigins?: string[];
   /** staged rollouts: the clock they, badge syncs and downloads go by (default: the system's; AppDeps.clock) and how often the server evaluates them (0: never on its own; default ROLLOUT_EVALUATION_INTERVAL_MS) */
   rollouts?: { clock?: Clock; evaluateEveryMs?: number };
@@ -92,7 +92,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     hotRoutes: options.hotRoutes,
     authFailures: options.authFailures,
     downloads: options.downloads,
-    mcpAllowedOrigins: options.mcpAllowedOrigins ?? (process.env.BADGEBENCH_MCP_ALLOWED_ORIGINS ?? "").split(",").map((origin) => origin.trim()).filter(Boolean),
+    mcpAllowedOrigins: options.mcpAllowedOrigins,
     clock: options.rollouts?.clock,
   });
   await gate.purgeExpired();

@@ -41,6 +41,11 @@ export function postgresSettingsFromEnv(env = process.env): Partial<PostgresSett
   return settings;
 }
 
+/** Browser origins besides the server's own that may call /api/mcp: $BADGEBENCH_MCP_ALLOWED_ORIGINS, comma-separated. */
+export function mcpAllowedOriginsFromEnv(env = process.env): string[] {
+  return (env.BADGEBENCH_MCP_ALLOWED_ORIGINS ?? "").split(",").map((origin) => origin.trim()).filter(Boolean);
+}
+
 /** Starts the server, prints `listening on URL`, and stops it on SIGINT or SIGTERM. */
 export async function serve(args: ServeArgs): Promise<void> {
   const dataDir = resolveDataDir(args.data);
@@ -50,6 +55,7 @@ export async function serve(args: ServeArgs): Promise<void> {
     databaseUrl: resolveDatabaseUrl(args.database),
     postgres: postgresSettingsFromEnv(),
     downloads: downloadLimitsFromEnv(),
+    mcpAllowedOrigins: mcpAllowedOriginsFromEnv(),
     port: args.port,
     host: args.host,
     sync: args.sync,

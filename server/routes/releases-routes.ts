@@ -5,7 +5,7 @@
 import { Router } from "express";
 import type { Kysely } from "kysely";
 import { z } from "zod";
-import { ApiError } from "../errors.ts";
+import { ApiError, releaseStoreBusy } from "../errors.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
 import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
 import { parseInput } from "../http/validation.ts";
@@ -61,12 +61,7 @@ export function releasesRoutes(deps: { db: Kysely<Database>; gate: IdempotencyGa
         await promoteRelease(trx, releases, version, { force, reason });
       } catch (error) {
         if (error instanceof PublishRefusal) throw refusalError(error);
-        if (error instanceof ReleaseLockedError) {
-          // 503, not 409: the gate keeps 4xx answers for the key, and this one is worth retrying.
-          throw new ApiError(503, "api_error", "release_store_busy", "Another publish or promote is running; retry shortly.", {
-            headers: { "Retry-After": "1" },
-          });
-        }
+        if (error instanceof ReleaseLockedError) throw releaseStoreBusy();
         throw error;
       }
       const view = (await listReleases(trx, livemode, await releases.read(trx))).find((r) => r.version === version);

@@ -5,7 +5,7 @@
 import { Router } from "express";
 import type { Kysely } from "kysely";
 import { z } from "zod";
-import { ApiError } from "../errors.ts";
+import { ApiError, releaseStoreBusy } from "../errors.ts";
 import { principalOf, requireScope } from "../http/auth-middleware.ts";
 import { requireIdempotencyKey, sendIdempotent } from "../http/idempotent-write.ts";
 import { idParam, parseInput, pathId } from "../http/validation.ts";
@@ -27,9 +27,7 @@ function releaseError(error: unknown): never {
     const first = error.reasons[0]!;
     throw new ApiError(409, "invalid_request_error", first.code, `Cannot complete the rollout: ${first.message}.`);
   }
-  if (error instanceof ReleaseLockedError) {
-    throw new ApiError(503, "api_error", "release_store_busy", "Another publish or promote is running; retry shortly.", { headers: { "Retry-After": "1" } });
-  }
+  if (error instanceof ReleaseLockedError) throw releaseStoreBusy();
   throw error;
 }
 

@@ -230,7 +230,7 @@ export async function syncBadge(
   device: DevicePrincipal,
   sync: { status: BadgeStatus; report: OtaReport | null; taps: Tap[] },
   now: Date,
-  rollouts?: Pick<RolloutEvaluator, "afterReport">,
+  rollouts: Pick<RolloutEvaluator, "afterReport">,
 ): Promise<TapVerdict[]> {
   const verdicts = await writes.run(async (trx) => {
     // Sent together: the badge's row (the lock it takes first) with the report's and the taps' reads.
@@ -241,6 +241,6 @@ export async function syncBadge(
     );
     return answered;
   }, { lockKey: lockKeys.device(device.id) });
-  if (sync.report && rollouts) await rollouts.afterReport(device.livemode, sync.report.version);
+  if (sync.report) await rollouts.afterReport(device.livemode, sync.report.version);
   return verdicts;
 }

@@ -40,7 +40,7 @@ export const MAX_KEY_LENGTH = 255;
 const SHOWN_ONCE = /^(whsec_|sk_(test|live)_|dtk_(test|live)_)/;
 
 /** The answer as stored for replays: every top-level field holding a shown-once secret set to null. */
-export function withholdSecrets(response: StoredResponse): StoredResponse & { withheld: string[] } {
+function withholdSecrets(response: StoredResponse): StoredResponse & { withheld: string[] } {
   const { body } = response;
   if (body === null || typeof body !== "object" || Array.isArray(body)) return { ...response, withheld: [] };
   const withheld = Object.entries(body).flatMap(([field, value]) => (typeof value === "string" && SHOWN_ONCE.test(value) ? [field] : []));

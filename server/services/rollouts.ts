@@ -78,7 +78,7 @@ async function tallyOf(db: Kysely<Database>, row: ReleaseRolloutsTable, now: Dat
   return tally(row, badges, badgeOutcomes(reports, fetches, now, row.report_timeout_seconds));
 }
 
-export async function rolloutView(db: Kysely<Database>, row: ReleaseRolloutsTable, now: Date): Promise<RolloutView> {
+async function rolloutView(db: Kysely<Database>, row: ReleaseRolloutsTable, now: Date): Promise<RolloutView> {
   const counts = await tallyOf(db, row, now);
   const stages = stagesOf(row);
   const sum = (field: "badges" | "downloaded" | "ok" | "failed") => counts.stages.reduce((total, stage) => total + stage[field], 0);
@@ -231,7 +231,7 @@ export async function actOnRollout(trx: Transaction<Database>, releases: Release
 }
 
 /** Applies the rules to an open rollout: halts, advances or completes it when they say so. */
-export async function evaluateRollout(trx: Transaction<Database>, releases: ReleaseStore, row: ReleaseRolloutsTable, now: Date): Promise<void> {
+async function evaluateRollout(trx: Transaction<Database>, releases: ReleaseStore, row: ReleaseRolloutsTable, now: Date): Promise<void> {
   const counts = await tallyOf(trx, row, now);
   const decision = decideRollout(row, counts, now);
   if (decision.kind === "halt") {

@@ -19,7 +19,7 @@ function keyBytes(secret: string): Buffer {
 }
 
 /** The `webhook-signature` value: one `v1,<base64>` per secret, space-separated. */
-export function standardSignature(eventId: string, timestamp: number, rawBody: string, secrets: readonly string[]): string {
+function standardSignature(eventId: string, timestamp: number, rawBody: string, secrets: readonly string[]): string {
   return secrets
     .map((secret) => `v1,${createHmac("sha256", keyBytes(secret)).update(`${eventId}.${timestamp}.`).update(rawBody).digest("base64")}`)
     .join(" ");

@@ -1,10 +1,12 @@
 // The API the fleet page uses, usable without it: GET /v1/releases and
 // POST /v1/releases/{version}/promote (the same rule as `badgebench release promote`), and
 // GET /v1/devices filtered by state, room and model, sorted, paged, with counts per state.
+import fs from "node:fs";
+import path from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiKey } from "../../server/services/api-keys.ts";
-import { RELEASE_STORE_KINDS } from "../../server/releases/release-store.ts";
+import { RELEASE_STORE_KINDS, type FileReleaseStore } from "../../server/releases/release-store.ts";
 import { startBadgeHarness, type BadgeHarness } from "./badge-harness.ts";
 import { checkAgainstOpenApi } from "./openapi-check.ts";
 import { canaryReportsOk, HTML_NAME, seedFleet, type SeededFleet } from "./seeded-fleet.ts";
@@ -135,6 +137,21 @@ describe.each(RELEASE_STORE_KINDS)("with the %s release store", (kind) => {
         { numRuns: 150 },
       );
       expect((await h.releases.read()).releases.filter((r) => r.promoted !== null)).toEqual([]);
+      expect(await manifestFleet()).toBe("1.4.0");
+    });
+
+    it.runIf(kind === "files")("answers 503 release_store_busy with Retry-After while another publish holds the lock, and changes nothing", async () => {
+      const lockFile = path.join((h.releases as FileReleaseStore).dir, "publish.lock");
+      // A lock naming a live process (this one) is held, not stale.
+      fs.writeFileSync(lockFile, `${process.pid}\n`, { flag: "wx" });
+      try {
+        const res = await call("POST", "/v1/releases/1.5.0/promote", { body: { force: true, reason: "while locked" } });
+        expect(res.status).toBe(503);
+        expect(res.body.error).toMatchObject({ type: "api_error", code: "release_store_busy" });
+        expect(res.headers.get("retry-after")).toBe("1");
+      } finally {
+        fs.rmSync(lockFile);
+      }
       expect(await manifestFleet()).toBe("1.4.0");
     });
 
