@@ -49,12 +49,15 @@ const relay = (what: string) =>
 /** Where the provision command takes the device token it writes into the badge. */
 export const TOKEN_PLACEHOLDER = "{token}";
 
-/** A command of the rig's as a list of words (no shell), run in the rig file's directory; `placeholder` must be in one word. */
-const rigCommand = (placeholder: string, example: string) =>
+/**
+ * A command of the rig's as a list of words (no shell), run in the rig file's directory;
+ * `placeholder` must be in one word (`why`, when given, says what it stands for).
+ */
+const rigCommand = (placeholder: string, example: string, why?: string) =>
   z
     .array(z.string().min(1, "expected no empty words"), { error: wrongTypeError(`expected the command as a list of words, such as ${example}`) })
     .min(1, `expected the command as a list of words, such as ${example}`)
-    .refine((words) => words.some((word) => word.includes(placeholder)), `expected ${placeholder} in one of the words`);
+    .refine((words) => words.some((word) => word.includes(placeholder)), `expected ${placeholder} in one of the words${why ? `: ${why}` : ""}`);
 
 /** Where the badge's version goes in its setup command. */
 export const VERSION_PLACEHOLDER = "{version}";
@@ -81,10 +84,7 @@ const badgeFields = {
    */
   provision: z
     .strictObject({
-      command: z
-        .array(z.string().min(1, "expected no empty words"), { error: wrongTypeError(`expected the command as a list of words, such as ["./provision-badge.sh", "${TOKEN_PLACEHOLDER}"]`) })
-        .min(1, `expected the command as a list of words, such as ["./provision-badge.sh", "${TOKEN_PLACEHOLDER}"]`)
-        .refine((words) => words.some((word) => word.includes(TOKEN_PLACEHOLDER)), `expected ${TOKEN_PLACEHOLDER} in one of the words: where the device token goes`),
+      command: rigCommand(TOKEN_PLACEHOLDER, `["./provision-badge.sh", "${TOKEN_PLACEHOLDER}"]`, "where the device token goes"),
       /** true: the relays are off while it runs (the badge's flash is written without it running) */
       powerOff: z.boolean().default(false),
       timeoutMs: z.int().positive().default(120_000),

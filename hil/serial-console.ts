@@ -78,7 +78,6 @@ export class ExpectTimeoutError extends SerialConsoleError {
 export class PortVanishedError extends SerialConsoleError {
   override name = "PortVanishedError";
 }
-/** The badge printed a console line (`@bb ...`) that breaks the contract. */
 /** The badge panicked (an ESP-IDF panic report on its console); the message is the crash decoded. */
 export class BadgeCrashError extends SerialConsoleError {
   override name = "BadgeCrashError";
@@ -94,6 +93,7 @@ export class BadgeCrashError extends SerialConsoleError {
     return { field: "crash", expected: "no crash", observed: this.message, passed: false };
   }
 }
+/** The badge printed a console line (`@bb ...`) that breaks the contract. */
 export class ConsoleProtocolError extends SerialConsoleError {
   override name = "ConsoleProtocolError";
 }

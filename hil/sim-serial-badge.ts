@@ -39,11 +39,14 @@ const MockBinding = SerialPortMock.binding;
 /** The badge prints progress at least this often, and at the last byte. */
 const PROGRESS_STEP_BYTES = 64 * 1024;
 
+/** Makes the badge behind the console: at power-on (no `bench`), and after each `setup` command. */
+type BadgeMaker = (bench?: BenchSetup) => VirtualBadge;
+
 /**
  * A maker for SimSerialBadge: the badge `options` describe, or, after a `setup`, a new one
  * running the setup's version from ota_0 on its supply (and token), talking to the same server.
  */
-export function benchBadgeMaker(options: VirtualBadgeOptions): (bench?: BenchSetup) => VirtualBadge {
+export function benchBadgeMaker(options: VirtualBadgeOptions): BadgeMaker {
   return (bench) =>
     createVirtualBadge(
       bench
@@ -63,7 +66,7 @@ export function benchBadgeMaker(options: VirtualBadgeOptions): (bench?: BenchSet
  * host is there); `hear()` takes the bytes the host wrote; what the badge prints goes to `print`.
  */
 export class SimSerialBadge {
-  #makeBadge: (bench?: BenchSetup) => VirtualBadge;
+  #makeBadge: BadgeMaker;
   #print: (text: string) => void;
   #badge: VirtualBadge | null = null;
   #heard = "";
@@ -77,7 +80,7 @@ export class SimSerialBadge {
   #lastState = "";
   #lastRequest: TokenRequest = "check";
 
-  constructor(makeBadge: (bench?: BenchSetup) => VirtualBadge, print: (text: string) => void) {
+  constructor(makeBadge: BadgeMaker, print: (text: string) => void) {
     this.#makeBadge = makeBadge;
     this.#print = print;
   }
@@ -344,7 +347,7 @@ let mockPorts = 0;
  * Serves a simulated badge on a new @serialport/binding-mock port. The badge powers on when the
  * host opens the port (as a USB badge resets when a monitor opens it) and off when it closes it.
  */
-export function serveOnMockPort(makeBadge: (bench?: BenchSetup) => VirtualBadge, options: { path?: string } = {}): ServedBadge {
+export function serveOnMockPort(makeBadge: BadgeMaker, options: { path?: string } = {}): ServedBadge {
   const path = options.path ?? `/dev/ttySIMBADGE${++mockPorts}`;
   MockBinding.createPort(path);
   let bridge!: SimSerialBadge;
@@ -388,7 +391,7 @@ export function serveOnMockPort(makeBadge: (bench?: BenchSetup) => VirtualBadge,
  * platform's binding, exactly as it opens /dev/ttyACM0. The badge powers on at the first line
  * the host sends (a pty cannot tell when its other end opens).
  */
-export async function serveOnPty(makeBadge: (bench?: BenchSetup) => VirtualBadge): Promise<ServedBadge> {
+export async function serveOnPty(makeBadge: BadgeMaker): Promise<ServedBadge> {
   const pair = await openPtyPair();
   let served: { bridge: SimSerialBadge; close(): Promise<void> };
   try {
@@ -412,7 +415,7 @@ export async function serveOnPty(makeBadge: (bench?: BenchSetup) => VirtualBadge
  * socat pty pair, or a real port with a null-modem cable to the host), opened with the
  * platform's binding. The badge powers on at the first line the host sends.
  */
-export async function serveOnPort(path: string, makeBadge: (bench?: BenchSetup) => VirtualBadge, options: { baudRate?: number } = {}): Promise<{ bridge: SimSerialBadge; close(): Promise<void> }> {
+export async function serveOnPort(path: string, makeBadge: BadgeMaker, options: { baudRate?: number } = {}): Promise<{ bridge: SimSerialBadge; close(): Promise<void> }> {
   const port = new SerialPort({ path, baudRate: options.baudRate ?? 115200, autoOpen: false, lock: false });
   await new Promise<void>((resolve, reject) => port.open((error) => (error ? reject(error) : resolve())));
   port.on("error", () => {});

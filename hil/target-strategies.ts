@@ -8,7 +8,7 @@
 //   simulated badge (`wait`, `rest`, then `status`); `wallClock()` sleeps, and waits for a
 //   resting `state` event confirmed by `status`.
 import { setTimeout as sleep } from "node:timers/promises";
-import { isRestingState, type PowerFault } from "../badge-sim/runners/badge-target.ts";
+import { isRestingState, RESTING_STATES, type PowerFault } from "../badge-sim/runners/badge-target.ts";
 import type { ObservationKind } from "../badge-sim/virtual-badge/observation-log.ts";
 import type { ConsoleCommand, ConsoleEvent } from "../firmware/index.ts";
 import { CHECKPOINT_BYTES } from "../badge-sim/model/badge-storage.ts";
@@ -204,7 +204,7 @@ export function wallClock(options: { settleMs?: number; factor?: number } = {}):
 }
 
 export function restingList(options: { poweredOnly?: boolean }): string {
-  return ["awake.idle", "awake.plugInPrompt", "asleep", "unprovisioned", "bricked", ...(options.poweredOnly ? [] : ["off"])].join(", ");
+  return [...RESTING_STATES].filter((state) => isRestingState(state, options)).join(", ");
 }
 
 /** The machine state whose switchBootSlot actor writes otadata: a power cut "during the switch" aims here. */

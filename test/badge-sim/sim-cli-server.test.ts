@@ -68,7 +68,7 @@ describe("sim run --server URL", () => {
     expect(result.stdout).toContain("2 scenarios: 2 passed, 0 failed, 0 errors, 0 skipped");
     expect(result.code).toBe(EXIT.passed);
     expect(await footprint()).toEqual(before);
-  }, SIM_TIMEOUT_MS);
+  });
 
   it("plays two scenarios of the same name, each on a device of its own (each add is its own request, never a replay without the token)", async () => {
     const before = await footprint();
@@ -77,13 +77,13 @@ describe("sim run --server URL", () => {
     expect(result.stdout, result.stderr).toContain("2 scenarios: 2 passed, 0 failed, 0 errors, 0 skipped");
     expect(result.code).toBe(EXIT.passed);
     expect(await footprint()).toEqual(before);
-  }, SIM_TIMEOUT_MS);
+  });
 
   it("takes the key from BADGEBENCH_API_KEY", async () => {
     const result = await sim(["run", LOW_BATTERY, "--server", h.url, "--room", "R1"], { BADGEBENCH_API_KEY: keys.sim });
     expect(result.stdout).toContain("1 passed");
     expect(result.code).toBe(EXIT.passed);
-  }, SIM_TIMEOUT_MS);
+  });
 
   it("skips, saying why, a scenario whose published list the server does not have; all skipped is exit 5", async () => {
     const needsOlder = scenarioVariant(LOW_BATTERY, (s) => (s.server.published = ["1.3.0", "1.4.0"]));
@@ -94,14 +94,14 @@ describe("sim run --server URL", () => {
     expect(result.stdout).toContain(`the server at ${h.url} has published 1.4.0, which the scenario's badge runs as an unpublished version`);
     expect(result.stdout).toContain("0 passed, 0 failed, 0 errors, 2 skipped");
     expect(result.code).toBe(EXIT.nothingRan);
-  }, SIM_TIMEOUT_MS);
+  });
 
   it("exits 1 when a scenario fails", async () => {
     const wrong = scenarioVariant(LOW_BATTERY, (s) => (s.expect.runningVersion = "1.5.0"));
     const result = await sim(["run", wrong, ...onServer()]);
     expect(result.stdout).toMatch(/^FAIL low battery, not charging/m);
     expect(result.code).toBe(EXIT.failed);
-  }, SIM_TIMEOUT_MS);
+  });
 
   it("names the file, line and column of a JSON mistake", async () => {
     const dir = tempDir("broken");
@@ -109,14 +109,14 @@ describe("sim run --server URL", () => {
     const result = await sim(["run", path.join(dir, "broken.json")]);
     expect(result.stdout).toContain("broken.json:3:3: not JSON: Expected double-quoted property name");
     expect(result.code).toBe(EXIT.failed);
-  }, SIM_TIMEOUT_MS);
+  });
 
   it("says in one line that a directory holds no scenarios (exit 5)", async () => {
     const empty = tempDir("empty");
     const result = await sim(["run", empty]);
     expect(result.stderr).toBe(`badgebench: ${empty} holds no .json scenario files: nothing ran\n`);
     expect(result.code).toBe(EXIT.nothingRan);
-  }, SIM_TIMEOUT_MS);
+  });
 });
 
 /** A port nothing listens on: one the system gave out and took back. */
@@ -172,7 +172,7 @@ describe("a server that cannot be used: one line, its exit code, nothing changed
       await html.close();
     }
     expect(await footprint()).toEqual(before);
-  }, SIM_TIMEOUT_MS);
+  });
 });
 
 describe("sim fleet --server URL", () => {
@@ -183,5 +183,5 @@ describe("sim fleet --server URL", () => {
     const summary = JSON.parse(result.stdout);
     expect(summary).toMatchObject({ object: "sim_fleet", server: h.url, release: { from: "1.4.0", to: "1.5.0" }, crashed: 0 });
     expect(await footprint()).toEqual(before);
-  }, SIM_TIMEOUT_MS);
+  });
 });

@@ -8,7 +8,6 @@ import { WIFI_PASSWORD_ENV } from "../../server/releases/publishing.ts";
 import { baseEnv, DEMO, run, storeIn, tempDirs } from "./cli-process.ts";
 
 const tempDir = tempDirs("lists");
-const CLI_TIMEOUT = { timeout: 60_000 };
 
 async function ok(args: string[], env?: NodeJS.ProcessEnv): Promise<string> {
   const result = await run(args, { env });
@@ -25,7 +24,7 @@ function columns(text: string) {
 }
 
 describe("lists print a header over aligned columns", () => {
-  it("keys list", CLI_TIMEOUT, async () => {
+  it("keys list", async () => {
     const data = await storeIn(tempDir("keys"));
     await ok(["keys", "create", "--mode", "test", "--scope", "attendance:read", "--name", "grades sync", "--data", data]);
     await ok(["keys", "create", "--mode", "live", "--scope", "devices:read", "--scope", "events:read", "--data", data]);
@@ -37,7 +36,7 @@ describe("lists print a header over aligned columns", () => {
     expect(list.aligned).toBe(true);
   });
 
-  it("devices list", CLI_TIMEOUT, async () => {
+  it("devices list", async () => {
     const data = await storeIn(tempDir("devices"));
     await ok(["import", DEMO, "--data", data]);
     await ok(["devices", "add", "--room", "R101", "--model", "badge-v2", "--name", "front desk", "--data", data]);
@@ -48,7 +47,7 @@ describe("lists print a header over aligned columns", () => {
     expect(list.aligned).toBe(true);
   });
 
-  it("release list", CLI_TIMEOUT, async () => {
+  it("release list", async () => {
     const data = await storeIn(tempDir("releases"));
     const env = baseEnv({ [WIFI_PASSWORD_ENV]: "lists-test-wifi" });
     for (const version of ["1.4.0", "1.10.0"]) {
@@ -63,7 +62,7 @@ describe("lists print a header over aligned columns", () => {
     expect(list.aligned).toBe(true);
   });
 
-  it("an empty list says so instead of printing a bare header", CLI_TIMEOUT, async () => {
+  it("an empty list says so instead of printing a bare header", async () => {
     const data = await storeIn(tempDir("empty"));
     await ok(["import", DEMO, "--data", data]);
     expect(await ok(["keys", "list", "--data", data])).toBe("no API keys\n");
@@ -72,7 +71,7 @@ describe("lists print a header over aligned columns", () => {
 });
 
 describe("counts name one thing in the singular", () => {
-  it("import of a school with one of each", CLI_TIMEOUT, async () => {
+  it("import of a school with one of each", async () => {
     const data = await storeIn(tempDir("one"));
     const school = path.join(data, "one.json");
     fs.writeFileSync(

@@ -11,8 +11,6 @@ import { baseEnv, DB_FILE, run, type RunResult } from "./cli-process.ts";
 import { startHarness, type Harness } from "./harness.ts";
 import { TEST_STORE } from "./test-database.ts";
 
-const CLI_TIMEOUT = { timeout: 120_000 };
-
 type DeviceJson = DeviceView & { token?: string };
 
 /** The whole of stdout is one JSON object on one line. */
@@ -72,7 +70,7 @@ describe("badgebench devices", () => {
     expect(parsed.lines.some((line) => ["U", "N", "T"].includes(line.letter)), name).toBe(false);
   }
 
-  it("add --json prints the device with its dev_ id and a dtk_test_ token", CLI_TIMEOUT, async () => {
+  it("add --json prints the device with its dev_ id and a dtk_test_ token", async () => {
     const result = await cli(["devices", "add", "--room", "R1", "--model", "BB-1"]);
     expect(result.code, result.stderr + result.stdout).toBe(0);
     device = singleJson<DeviceJson & { token: string }>(result);
@@ -105,7 +103,7 @@ describe("badgebench devices", () => {
     }
   });
 
-  it("an unknown room is refused with exit 1, naming the room, and adds nothing", CLI_TIMEOUT, async () => {
+  it("an unknown room is refused with exit 1, naming the room, and adds nothing", async () => {
     const before = await h.server.store.db.selectFrom("devices").select("id").execute();
     const result = await cli(["devices", "add", "--room", "R9", "--model", "BB-1"]);
     expect(result.code).toBe(1);
@@ -138,7 +136,7 @@ describe("badgebench devices", () => {
     }
   });
 
-  it("list --json shows the device with its firmware state and no token", CLI_TIMEOUT, async () => {
+  it("list --json shows the device with its firmware state and no token", async () => {
     const result = await cli(["devices", "list"]);
     expect(result.code, result.stderr + result.stdout).toBe(0);
     const list = singleJson<{ object: string; data: Array<DeviceJson & { firmware: { state: string; installed: { version: string } | null } }> }>(result);
@@ -153,7 +151,7 @@ describe("badgebench devices", () => {
     expect(result.stdout).not.toContain("token_hash");
   });
 
-  it("revoke makes every badge endpoint answer 401 with X unauthorized; other badges keep working", CLI_TIMEOUT, async () => {
+  it("revoke makes every badge endpoint answer 401 with X unauthorized; other badges keep working", async () => {
     const other = await createDevice(h.server.store.db, { mode: "test", room: "R1", model: "BB-1", name: "other" });
     const result = await cli(["devices", "revoke", device.id]);
     expect(result.code, result.stderr + result.stdout).toBe(0);

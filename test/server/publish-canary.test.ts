@@ -10,7 +10,7 @@ import { promoteRelease, publishRelease } from "../../server/releases/publishing
 import { FileReleaseStore } from "../../server/releases/release-store.ts";
 import { createDevice } from "../../server/services/devices.ts";
 import { run, tempDirs } from "./cli-process.ts";
-import { DEV_WIFI_PASSWORD, CLI_TIMEOUT, writeFile, snapshot, readManifestFile, refusalOf, codesOf, singleJson, type CliRefusal, envWithout, openDataDir } from "./publish-fixture.ts";
+import { DEV_WIFI_PASSWORD, writeFile, snapshot, readManifestFile, refusalOf, codesOf, singleJson, type CliRefusal, envWithout, openDataDir } from "./publish-fixture.ts";
 import { startHarness, type Harness } from "./harness.ts";
 
 const tempDir = tempDirs("publish-canary");
@@ -111,7 +111,7 @@ describe("canary, then fleet", () => {
     ...entry.notes.map((note) => ({ letter: "L", value: note })),
   ];
 
-  it("publish --canary offers the release to that badge only; the fleet stays on 1.4.0", CLI_TIMEOUT, async () => {
+  it("publish --canary offers the release to that badge only; the fleet stays on 1.4.0", async () => {
     const result = await run(
       ["publish", path.join(src, "1.5.0.bin"), "1.5.0", "Canary build", "--canary", canary.id, "--wifi-password-file", passwordFile, "--mode", "test", "--data", h.dataDir, "--json"],
       { env: envWithout() },
@@ -141,7 +141,7 @@ describe("canary, then fleet", () => {
     expect(md5Hex(canaryDownload.bytes)).toBe(canaryEntry.md5);
   });
 
-  it("release promote is refused until the canary reported ota=ok|1.5.0", CLI_TIMEOUT, async () => {
+  it("release promote is refused until the canary reported ota=ok|1.5.0", async () => {
     const before = snapshot(h.dataDir);
     const result = await run(["release", "promote", "1.5.0", "--mode", "test", "--data", h.dataDir, "--json"], { env: envWithout() });
     expect(result.code).toBe(1);
@@ -164,7 +164,7 @@ describe("canary, then fleet", () => {
     expect(readManifestFile(h.dataDir).fleet).toBe("1.4.0");
   });
 
-  it("after the canary's ok report, promote makes 1.5.0 the fleet's release, not forced", CLI_TIMEOUT, async () => {
+  it("after the canary's ok report, promote makes 1.5.0 the fleet's release, not forced", async () => {
     await expectSynced(canary.token, "1.5.0", "ok|1.5.0");
     const report = await db()
       .selectFrom("ota_reports")
@@ -218,7 +218,7 @@ describe("canary, then fleet", () => {
     expect(snapshot(h.dataDir)).toEqual(before);
   });
 
-  it("--force --reason promotes without a report and records both", CLI_TIMEOUT, async () => {
+  it("--force --reason promotes without a report and records both", async () => {
     await publishRelease(db(), releases, {
       imagePath: writeFile(src, "1.6.0.bin", buildAppImage({ version: "1.6.0" })),
       version: "1.6.0",

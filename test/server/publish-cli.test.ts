@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { buildAppImage, md5Hex, type ReleaseEntry } from "../../firmware/index.ts";
 import { WIFI_PASSWORD_ENV } from "../../server/releases/publishing.ts";
 import { run, storeIn, tempDirs } from "./cli-process.ts";
-import { DEV_WIFI_PASSWORD, NOTE_41, CLI_TIMEOUT, sha256, writeFile, releasesDir, imagesDir, snapshot, readManifestFile, codesOf, singleJson, type CliRefusal, envWithout, runPublishScript } from "./publish-fixture.ts";
+import { DEV_WIFI_PASSWORD, NOTE_41, sha256, writeFile, releasesDir, imagesDir, snapshot, readManifestFile, codesOf, singleJson, type CliRefusal, envWithout, runPublishScript } from "./publish-fixture.ts";
 
 const tempDir = tempDirs("publish-cli");
 
@@ -25,7 +25,7 @@ describe("badgebench publish and scripts/cli/publish.ts", () => {
     writeFile(src, "1.5.0-with-password.bin", buildAppImage({ version: "1.5.0", wifiPassword: DEV_WIFI_PASSWORD }));
   });
 
-  it("with no Wi-Fi password configured refuses, says how to configure one, and creates nothing", CLI_TIMEOUT, async () => {
+  it("with no Wi-Fi password configured refuses, says how to configure one, and creates nothing", async () => {
     const result = await run(["publish", path.join(src, "1.4.0.bin"), "1.4.0", "--mode", "test", "--data", dataDir, "--json"], { env: envWithout() });
     expect(result.code).toBe(1);
     const body = singleJson<CliRefusal>(result);
@@ -36,7 +36,7 @@ describe("badgebench publish and scripts/cli/publish.ts", () => {
     expect(fs.existsSync(releasesDir(dataDir))).toBe(false);
   });
 
-  it("with --wifi-password-file publishes and prints the release entry", CLI_TIMEOUT, async () => {
+  it("with --wifi-password-file publishes and prints the release entry", async () => {
     const result = await run(
       ["publish", path.join(src, "1.4.0.bin"), "1.4.0", "First fleet build", "--display", "Badge 1.4", "--wifi-password-file", passwordFile, "--mode", "test", "--data", dataDir, "--json"],
       { env: envWithout() },
@@ -61,7 +61,7 @@ describe("badgebench publish and scripts/cli/publish.ts", () => {
     expect(readManifestFile(dataDir)).toEqual({ format: 1, fleet: "1.4.0", releases: [entry] });
   });
 
-  it("uses the password from the file: an image containing it is refused, with every other reason", CLI_TIMEOUT, async () => {
+  it("uses the password from the file: an image containing it is refused, with every other reason", async () => {
     const before = snapshot(dataDir);
     const result = await run(
       [
@@ -85,7 +85,7 @@ describe("badgebench publish and scripts/cli/publish.ts", () => {
     expect(snapshot(dataDir)).toEqual(before);
   });
 
-  it("scripts/cli/publish.ts reads BADGE_DEV_WIFI_PASSWORD and refuses a version like 1.2", CLI_TIMEOUT, async () => {
+  it("scripts/cli/publish.ts reads BADGE_DEV_WIFI_PASSWORD and refuses a version like 1.2", async () => {
     const before = snapshot(dataDir);
     const result = await runPublishScript(
       [path.join(src, "1.5.0-with-password.bin"), "1.2", "--mode", "test", "--data", dataDir, "--json"],

@@ -16,7 +16,6 @@ import { smallSchool } from "./harness.ts";
 export const DEV_WIFI_PASSWORD = "lab-wifi-s3cret!";
 export const NOTE_40 = "x".repeat(40);
 export const NOTE_41 = "y".repeat(41);
-export const CLI_TIMEOUT = { timeout: 120_000 };
 
 export const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
 

@@ -13,7 +13,7 @@ import { importSchool } from "../../server/services/school-import.ts";
 import { openStore } from "../../server/store/database.ts";
 import { insertReport } from "../../server/store/ota-store.ts";
 import { run, storeIn, tempDirs } from "./cli-process.ts";
-import { CLI_TIMEOUT, DEV_WIFI_PASSWORD } from "./publish-fixture.ts";
+import { DEV_WIFI_PASSWORD } from "./publish-fixture.ts";
 
 const tempDir = tempDirs("rollouts-cli");
 let dataDir: string;
@@ -47,7 +47,7 @@ describe("badgebench release rollout", () => {
     [["--stages", "5,50"], "--stages", "must end at 100"],
     [["--halt-failure-share", "2"], "--halt-failure-share", ""],
     [["--report-timeout-seconds", "10"], "--report-timeout-seconds", ""],
-  ])("refuses %j as a usage error naming the option, creating nothing", CLI_TIMEOUT, async (options, option, why) => {
+  ])("refuses %j as a usage error naming the option, creating nothing", async (options, option, why) => {
     const result = await rollout("create", "1.5.0", ...options);
     expect(result.code, result.stderr).toBe(2);
     expect(result.stderr).toContain(option);
@@ -55,7 +55,7 @@ describe("badgebench release rollout", () => {
     expect((await rollout("list")).stdout.trim()).toBe("no test rollouts");
   });
 
-  it("creates a rollout, refuses a second of one version, aborts it and refuses to advance it then", CLI_TIMEOUT, async () => {
+  it("creates a rollout, refuses a second of one version, aborts it and refuses to advance it then", async () => {
     const created = await rollout("create", "1.5.0", "--stages", "10,100", "--json");
     expect(created.code, created.stderr).toBe(0);
     expect(JSON.parse(created.stdout)).toMatchObject({ object: "release_rollout", status: "active", stages: [10, 100], previous_version: "1.4.0" });

@@ -9,12 +9,12 @@ import path from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { buildAppImage, keyIdOf, rawPublicKey, verifyImage } from "../../firmware/index.ts";
 import { run, storeIn, tempDirs } from "./cli-process.ts";
-import { CLI_TIMEOUT, DEV_WIFI_PASSWORD, envWithout, readManifestFile, singleJson, snapshot, writeFile, type CliRefusal } from "./publish-fixture.ts";
+import { DEV_WIFI_PASSWORD, envWithout, readManifestFile, singleJson, snapshot, writeFile, type CliRefusal } from "./publish-fixture.ts";
 
 const tempDir = tempDirs("signing-keys-cli");
 
 describe("badgebench release keys create", () => {
-  it("writes the private key 0600 and the public key beside it, and prints the key id and raw public key", CLI_TIMEOUT, async () => {
+  it("writes the private key 0600 and the public key beside it, and prints the key id and raw public key", async () => {
     const dir = tempDir("create");
     const keyFile = path.join(dir, "release.key");
     const result = await run(["release", "keys", "create", "--out", keyFile, "--data", path.join(dir, "var"), "--json"]);
@@ -32,7 +32,7 @@ describe("badgebench release keys create", () => {
     expect(rawPublicKey(createPublicKey(fs.readFileSync(`${keyFile}.pub`, "utf8")))).toEqual(raw);
   });
 
-  it("refuses a path inside the data directory's release directories, writing nothing", CLI_TIMEOUT, async () => {
+  it("refuses a path inside the data directory's release directories, writing nothing", async () => {
     const data = tempDir("data");
     const inside = path.join(data, "test-releases", "release.key");
     const result = await run(["release", "keys", "create", "--out", inside, "--data", data]);
@@ -64,7 +64,7 @@ describe("badgebench publish --signing-key", () => {
     ["a file that is not a key", () => path.join(src, "notes.txt"), (file: string) => `--signing-key ${file} is not a key: expected the PEM private key that release keys create --out wrote`],
     ["the public key", () => `${keyFile}.pub`, (file: string) => `--signing-key ${file} is a public key; publish signs with the private key (the file release keys create --out wrote, not its .pub)`],
     ["a file that does not exist", () => path.join(src, "missing.key"), (file: string) => `cannot read --signing-key ${file}: ENOENT`],
-  ])("refuses %s in one line, exit 2, publishing nothing", CLI_TIMEOUT, async (_name, file, message) => {
+  ])("refuses %s in one line, exit 2, publishing nothing", async (_name, file, message) => {
     const before = snapshot(dataDir);
     const result = await run(["publish", path.join(src, "1.4.0.bin"), "1.4.0", "--signing-key", file(), "--data", dataDir], { env: env() });
     expect(result.code).toBe(2);
@@ -74,7 +74,7 @@ describe("badgebench publish --signing-key", () => {
     expect(singleJson<CliRefusal>(json).error).toEqual({ code: "signing_key_invalid", message: message(file()) });
   });
 
-  it("refuses to sign an image that trusts no key, publishing nothing", CLI_TIMEOUT, async () => {
+  it("refuses to sign an image that trusts no key, publishing nothing", async () => {
     const before = snapshot(dataDir);
     const result = await run(["publish", path.join(src, "1.4.0-no-keys.bin"), "1.4.0", "--signing-key", keyFile, "--data", dataDir, "--json"], { env: env() });
     expect(result.code).toBe(1);
@@ -82,7 +82,7 @@ describe("badgebench publish --signing-key", () => {
     expect(snapshot(dataDir)).toEqual(before);
   });
 
-  it("signs the whole image: the manifest records the key id and a signature that verifies over the stored image", CLI_TIMEOUT, async () => {
+  it("signs the whole image: the manifest records the key id and a signature that verifies over the stored image", async () => {
     const result = await run(["publish", path.join(src, "1.4.0.bin"), "1.4.0", "--signing-key", keyFile, "--data", dataDir], { env: env() });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain(`signed by key ${keyIdOf(raw)}`);
