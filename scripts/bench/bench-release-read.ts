@@ -128,7 +128,7 @@ await withTempDir("badgebench-bench-releases-", async (dir) => {
     }
   }
 
-  const database = await createMultiClientDatabase("bench");
+  const database = await createMultiClientDatabase("badgebench_bench_release_read_");
   try {
     const db = database.connect();
     const subject: Subject = {

@@ -1,7 +1,9 @@
 // A fresh PostgreSQL database for one test file, created on the tests' PostgreSQL server
-// (postgres-admin.ts) under a random name and dropped afterwards, with the migrations applied,
-// and any number of Kysely clients on it, each over a pool of its own as another server instance
-// would have: for the suites that test a store's queries from several clients at once.
+// (postgres-admin.ts) under the caller's prefix and a random part (a test passes its run's
+// testDatabasePrefix, so what a file that died left is dropped with the run) and dropped
+// afterwards, with the migrations applied, and any number of Kysely clients on it, each over a
+// pool of its own as another server instance would have: for the suites that test a store's
+// queries from several clients at once.
 import { randomBytes } from "node:crypto";
 import { Kysely, PostgresDialect, type KyselyConfig } from "kysely";
 import pg from "pg";
@@ -19,8 +21,8 @@ export interface MultiClientDatabase {
   drop(): Promise<void>;
 }
 
-export async function createMultiClientDatabase(label: string): Promise<MultiClientDatabase> {
-  const name = `badgebench_test_${label}_${randomBytes(6).toString("hex")}`;
+export async function createMultiClientDatabase(namePrefix: string): Promise<MultiClientDatabase> {
+  const name = `${namePrefix}${randomBytes(6).toString("hex")}`;
   await withAdminDatabase(TEST_POSTGRES_URL, (db) => createDatabase(db, name));
   const url = databaseUrl(TEST_POSTGRES_URL, name);
   const opened: Kysely<Database>[] = [];

@@ -7,7 +7,7 @@ import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import type { Kysely } from "kysely";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { buildAppImage, md5Hex, OTA_SLOT_BYTES, parseManifest, type ReleaseEntry } from "../../firmware/index.ts";
 import { DatabaseReleaseStore } from "../../server/releases/database-release-store.ts";
 import { openReleaseStores } from "../../server/releases/open-release-store.ts";
@@ -22,11 +22,14 @@ import { ROOT, run, tempDirs } from "./cli-process.ts";
 import { killPublishLoop } from "./publish-loop.ts";
 import { smallSchool } from "./harness.ts";
 import { createMultiClientDatabase, type MultiClientDatabase } from "../../scripts/harness/postgres-database.ts";
+import { testDatabasePrefix } from "../../scripts/harness/postgres-admin.ts";
 
 const PASSWORD = "lab-wifi-s3cret!";
 const KILLS = 4;
 const tempDir = tempDirs("db-releases");
 const sha256 = (bytes: Uint8Array) => createHash("sha256").update(bytes).digest("hex");
+// This run's name in each database, so that the run's teardown drops what a file that died left.
+const runDatabasePrefix = (label: string) => `${testDatabasePrefix(inject("postgresTestRun"))}${label}_`;
 const codesOf = (refusal: PublishRefusal) => refusal.reasons.map((r) => r.code).sort();
 
 /** A publish's outcome: the entry, or the codes of its refusal. */
@@ -84,7 +87,7 @@ async function sqliteBackend(): Promise<Backend> {
 }
 
 async function postgresBackend(): Promise<Backend> {
-  const database = await createMultiClientDatabase("releases");
+  const database = await createMultiClientDatabase(runDatabasePrefix("releases"));
   return {
     database: database.url,
     connect: async () => database.connect(),
@@ -344,7 +347,7 @@ describe.each(BACKENDS)("the database release store on %s", (_name, openBackend)
 
 describe("reads on PostgreSQL", () => {
   it("requests arriving together share revision reads, and one arriving after a publish elsewhere always sees it", async () => {
-    const database = await createMultiClientDatabase("reads");
+    const database = await createMultiClientDatabase(runDatabasePrefix("reads"));
     try {
       let queries = 0;
       const readerDb = database.connect({ log: (event) => void (event.level === "query" && queries++) });
@@ -398,7 +401,7 @@ async function holdReleaseLock(database: MultiClientDatabase) {
 
 describe("the publish lock on PostgreSQL", () => {
   it("a publish waits while another holds the lock and proceeds after it", async () => {
-    const database = await createMultiClientDatabase("wait");
+    const database = await createMultiClientDatabase(runDatabasePrefix("wait"));
     try {
       const { holding, release } = await holdReleaseLock(database);
       const src = tempDir("wait-src");
@@ -419,7 +422,7 @@ describe("the publish lock on PostgreSQL", () => {
   });
 
   it("a publish gives up with ReleaseLockedError when the lock stays held, and changes nothing", async () => {
-    const database = await createMultiClientDatabase("lock");
+    const database = await createMultiClientDatabase(runDatabasePrefix("lock"));
     try {
       const { holding, release } = await holdReleaseLock(database);
       const waiter = database.connect();
