@@ -21,11 +21,11 @@ import {
   type ConsoleEventOf,
 } from "../firmware/index.ts";
 import { describeCrash, PanicWatcher, type Crash } from "./panic-decoder.ts";
+import { listSerialPorts, type PortInfo } from "./port-list.ts";
 import { Transcript } from "./transcript.ts";
 
 /** node-serialport's binding: how the stream reaches the hardware (or a mock of it) */
 export type SerialBinding = OpenOptions["binding"];
-type PortInfo = Awaited<ReturnType<SerialBinding["list"]>>[number];
 
 export const DEFAULT_BAUD_RATE = 115_200;
 export const DEFAULT_EXPECT_TIMEOUT_MS = 10_000;
@@ -134,7 +134,8 @@ export class SerialConsole {
     const baudRate = options.baudRate ?? DEFAULT_BAUD_RATE;
     const transcript = new Transcript();
     try {
-      const path = typeof options.port === "string" ? options.port : await findPort(binding, options.port);
+      // A binding of the caller's (a test's, a replay's) lists its own ports.
+      const path = await resolvePortPath(options.port, options.binding ? () => binding.list() : undefined);
       const port = new SerialPortStream({ binding, path, baudRate, autoOpen: false });
       await new Promise<void>((resolve, reject) => port.open((error) => (error ? reject(openError(path, error)) : resolve())));
       transcript.note(`opened ${path} at ${baudRate} baud`);
@@ -425,7 +426,7 @@ function checkOptions(options: SerialConsoleOptions): void {
 }
 
 /** `0x303A`, `"303a"`, `"0x303a"` and 12346 are the same id: four lowercase hex digits. */
-function usbId(id: unknown): string | null {
+export function usbId(id: unknown): string | null {
   const hex = typeof id === "number" ? (Number.isInteger(id) && id >= 0 && id <= 0xffff ? id.toString(16) : "") : typeof id === "string" ? id.toLowerCase().replace(/^0x/, "") : "";
   return /^[0-9a-f]{1,4}$/.test(hex) ? hex.padStart(4, "0") : null;
 }
@@ -439,10 +440,16 @@ function describePort(port: PortInfo): string {
   return `${port.path}${id}${port.serialNumber ? ` serial ${port.serialNumber}` : ""}`;
 }
 
-async function findPort(binding: SerialBinding, selector: Exclude<PortSelector, string>): Promise<string> {
+/**
+ * The one path the system lists for a `serial:` or `usb:` selector (a path is returned as it is).
+ * `list` lists the ports: by default node-serialport's list, or sysfs where it fails for want of
+ * udevadm (port-list.ts), as `hil ports` shows them.
+ */
+export async function resolvePortPath(selector: PortSelector, list: () => Promise<PortInfo[]> = listSerialPorts): Promise<string> {
+  if (typeof selector === "string") return selector;
   let ports: PortInfo[];
   try {
-    ports = await binding.list();
+    ports = await list();
   } catch (error) {
     throw new PortListError(
       `could not list serial ports to find the one with ${describeSelector(selector)} (${errorText(error)}); name the port by its path instead, e.g. --port /dev/ttyUSB0`,

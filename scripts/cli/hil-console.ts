@@ -12,11 +12,13 @@ import {
   PortBusyError,
   PortListError,
   PortNotFoundError,
+  resolvePortPath,
   SerialConsole,
   SerialConsoleError,
   DEFAULT_BAUD_RATE,
   type PortSelector,
   type SerialBinding,
+  usbId,
 } from "../../hil/serial-console.ts";
 import { runHilFlash, type HilFlashOptions } from "./hil-flash.ts";
 
@@ -41,10 +43,6 @@ export function parsePortArg(text: string): PortSelector {
   return text;
 }
 
-const describeSelector = (selector: Exclude<PortSelector, string>) =>
-  "serialNumber" in selector ? `serial number ${selector.serialNumber}` : `USB id ${selector.vid}:${selector.pid}`;
-const usbId = (id: string | number | undefined) => (id === undefined ? undefined : String(id).toLowerCase().replace(/^0x/, "").padStart(4, "0"));
-
 /** Why listing failed, in one line that says what to do instead. */
 function listFailure(error: unknown, purpose: string): string {
   const text = error instanceof Error ? error.message : String(error);
@@ -54,24 +52,9 @@ function listFailure(error: unknown, purpose: string): string {
     : `could not ${purpose} (${text}); pass the badge's port by its path, e.g. --port /dev/ttyUSB0`;
 }
 
-/** Resolves a `serial:` or `usb:` selector to the one path the system lists for it. */
-export async function resolvePortPath(selector: PortSelector, list?: () => Promise<PortInfo[]>): Promise<string> {
-  if (typeof selector === "string") return selector;
-  let ports: PortInfo[];
-  try {
-    ports = await listSerialPorts(list);
-  } catch (error) {
-    throw new PortListError(listFailure(error, `list serial ports to find the one with ${describeSelector(selector)}`), { cause: error });
-  }
-  const matches = ports.filter((port) =>
-    "serialNumber" in selector ? port.serialNumber === selector.serialNumber : usbId(port.vendorId) === usbId(selector.vid) && usbId(port.productId) === usbId(selector.pid),
-  );
-  if (matches.length === 1) return matches[0]!.path;
-  if (matches.length === 0) {
-    const seen = ports.length === 0 ? "no serial ports at all" : `only ${ports.map((port) => port.path).join(", ")}`;
-    throw new PortNotFoundError(`no serial port has ${describeSelector(selector)}; the system lists ${seen}`);
-  }
-  throw new SerialConsoleError(`${matches.length} serial ports have ${describeSelector(selector)}: ${matches.map((port) => port.path).join(", ")}; pick one by path`);
+/** A port that could not be found or opened, in one line; a failed list says why (udevadm missing). */
+function portFailure(error: Error, port: string): string {
+  return error instanceof PortListError ? listFailure(error.cause, `find the port ${port}`) : firstLine(error.message);
 }
 
 function errorCode(error: Error): string {
@@ -134,7 +117,7 @@ export async function runHilFlashCommand(options: HilFlashOptions): Promise<numb
     port = await resolvePortPath(parsePortArg(options.port));
   } catch (error) {
     if (!(error instanceof HilArgumentError || error instanceof SerialConsoleError)) throw error;
-    reportError(options.json, errorCode(error), error.message);
+    reportError(options.json, errorCode(error), portFailure(error, options.port));
     return error instanceof HilArgumentError ? 2 : 1;
   }
   return runHilFlash({ ...options, port });
@@ -196,9 +179,7 @@ export async function runHilMonitor(options: HilMonitorOptions): Promise<number>
     serial = await SerialConsole.open({ port: selector, baudRate: options.baudRate, binding: options.binding, transcriptPath });
   } catch (error) {
     if (!(error instanceof SerialConsoleError)) throw error;
-    // a serial:/usb: lookup that failed for want of udevadm says so in one line
-    const message = error instanceof PortListError ? listFailure(error.cause, `find the port ${options.port}`) : firstLine(error.message);
-    reportError(json, errorCode(error), message);
+    reportError(json, errorCode(error), portFailure(error, options.port));
     return 1;
   }
   // on stderr, with --json too: stdout carries only the lines (or their objects)
