@@ -18,16 +18,16 @@ import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import { BenchUsageError } from "./bench-cli.ts";
 
-/** Set in the rerun: the network namespace it was started from, which it must not be in. */
-const STARTED_FROM_ENV = "BADGEBENCH_BENCH_BADGE_LINK_FROM";
+/** Set in the rerun's environment. */
+const RERUN_ENV = "BADGEBENCH_BENCH_BADGE_LINK";
 
 /** The namespace's TCP settings, under /proc/sys. */
 export const BADGE_LINK_SYSCTLS = { "net/ipv4/tcp_moderate_rcvbuf": "0", "net/ipv4/tcp_notsent_lowat": "16384" } as const;
 
-const networkNamespace = () => fs.readlinkSync("/proc/self/ns/net");
+const networkNamespace = (pid: number | "self") => fs.readlinkSync(`/proc/${pid}/ns/net`);
 
 /** Whether this process is the benchmark rerun inside the badge link's namespace. */
-export const inBadgeLink = () => process.env[STARTED_FROM_ENV] !== undefined;
+export const inBadgeLink = () => process.env[RERUN_ENV] === "1";
 
 /**
  * Runs this process's command again inside a network namespace of its own and resolves with its
@@ -37,7 +37,7 @@ export function rerunInBadgeLink(): Promise<number> {
   if (process.getuid?.() !== 0) throw new BenchUsageError("--badge-link needs root: it runs the benchmark in a network namespace of its own (unshare --net)");
   const child = spawn("unshare", ["--net", "--", process.execPath, ...process.execArgv, ...process.argv.slice(1)], {
     stdio: "inherit",
-    env: { ...process.env, [STARTED_FROM_ENV]: networkNamespace() },
+    env: { ...process.env, [RERUN_ENV]: "1" },
   });
   // Ctrl-C reaches the rerun too (same process group): this process only waits for it.
   const ignore = () => undefined;
@@ -53,11 +53,12 @@ export function rerunInBadgeLink(): Promise<number> {
 
 /**
  * In the rerun: brings the namespace's loopback up and sets its TCP settings, after making sure
- * this is not the namespace it was started from (whose settings are the host's).
+ * this process is not in its parent's namespace (unshare execs the rerun, so the parent is the
+ * benchmark that started it, on the host: a stray RERUN_ENV must not change the host's settings).
  */
 export function setUpBadgeLink(): void {
-  if (networkNamespace() === process.env[STARTED_FROM_ENV]) {
-    throw new Error(`${STARTED_FROM_ENV} is set but this process shares its network namespace with the one it names: refusing to change the host's TCP settings`);
+  if (networkNamespace("self") === networkNamespace(process.ppid)) {
+    throw new Error(`${RERUN_ENV} is set but this process shares its parent's network namespace: refusing to change the host's TCP settings`);
   }
   execFileSync("ip", ["link", "set", "lo", "up"]);
   for (const [key, value] of Object.entries(BADGE_LINK_SYSCTLS)) fs.writeFileSync(`/proc/sys/${key}`, value);
