@@ -10,10 +10,11 @@
 // - `tcp_moderate_rcvbuf = 0`: a badge's receive buffer stays at the kernel's initial 128 KiB
 //   (a window of at most 64 KiB), as lwIP's is fixed (TCP_WND, at most 65,535 bytes: no window
 //   scaling);
-// - `tcp_notsent_lowat = 16384`: the server's host keeps at most 16 KiB of a connection's bytes
-//   unsent, the setting server/README.md recommends for a server of downloads (Node cannot set
-//   TCP_NOTSENT_LOWAT on one socket). Measured apart: the fixed receive buffers alone left the
-//   figure where it was; the server's unsent bytes were the megabytes.
+// - `tcp_notsent_lowat = 16384`: the server's host keeps about 16 KiB of a connection's bytes
+//   unsent (a write goes on while less is: one segment's worth more at most), the setting
+//   server/README.md recommends for a server of downloads (Node cannot set TCP_NOTSENT_LOWAT on
+//   one socket). Measured apart: the fixed receive buffers alone left the figure where it was;
+//   the server's unsent bytes were the megabytes.
 import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import { BenchUsageError } from "./bench-cli.ts";
