@@ -29,8 +29,11 @@
 // devices of its own with the link stripping Range, so every cut starts over from byte 0. For
 // each, measured at the servers (server-request-timing.ts): the image body bytes they handed to
 // download connections over badges x image bytes (a cut's bytes still in the kernel's socket
-// buffers count as served: on loopback they are most of the image), the most downloads each
-// instance served at once; and at the badges, the image bytes they received.
+// buffers count as served), the most downloads each instance served at once; and at the badges,
+// the image bytes they received. On the host's loopback the kernels take the whole image at once,
+// so a cut wastes half an image of what was served: `--badge-link` (root; not with PostgreSQL,
+// which the namespace cannot reach) runs the benchmark in a network namespace whose TCP is set as
+// a badge's link and a download server's host would be (badge-link.ts).
 //
 // Baseline, same run and servers, after the fleet: `--baseline` (100) badges alone, every wearer
 // asking, booting over 5 s, so the reader sees what the load added to each latency.
@@ -38,13 +41,14 @@
 // Usage: npx tsx scripts/bench/bench-sim-fleet.ts [--badges 10000] [--downloading 1000|all] [--burst N]
 //          [--image-size 1966080] [--spread-ms 120000] [--ask-at-ms 20000] [--ask-spread-ms 0] [--baseline 100]
 //          [--stores in-process|sqlite,postgres] [--instances 2] [--postgres URL] [--seed 1]
-//          [--cut-share 0] [--without-resume] [--busy-wall-scale 1] [--max-downloads N] [--json]
+//          [--cut-share 0] [--without-resume] [--busy-wall-scale 1] [--max-downloads N] [--badge-link] [--json]
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { DEFAULT_MAX_LIVE_BADGES, runFleet, type FleetSummary, type LatencyStats } from "../../badge-sim/runners/fleet.ts";
 import { OTA_SLOT_BYTES } from "../../firmware/index.ts";
 import { commandLine, describeMachine, loadAverage, log, machine, MiB, percentile, procMemory, round, withTempDir, type Machine } from "./bench-common.ts";
 import { benchArgs, BenchUsageError, positiveInt, writeReport } from "./bench-cli.ts";
+import { BADGE_LINK_SYSCTLS, inBadgeLink, rerunInBadgeLink, setUpBadgeLink } from "./badge-link.ts";
 import { DEFAULT_BENCH_POSTGRES, dropDatabases, dropDatabasesOnExit } from "./bench-databases.ts";
 import { inProcessServers, spawnedServers, type Servers } from "./fleet-servers.ts";
 import type { ServerSamples } from "./server-request-timing.ts";
@@ -144,6 +148,8 @@ interface Report {
   spread_ms: number;
   ask: { at_ms: number; spread_ms: number };
   seed: number;
+  /** the TCP settings of the badge link's namespace (--badge-link), or null: the host's loopback */
+  badge_link: Record<string, string> | null;
   machine: Machine;
   runs: RunReport[];
   /** the whole benchmark process's high-water mark (VmHWM) */
@@ -349,10 +355,17 @@ async function main(): Promise<void> {
     stores: { type: "string", default: "in-process" },
     instances: { type: "string", default: "2" },
     postgres: { type: "string", default: DEFAULT_BENCH_POSTGRES },
+    "badge-link": { type: "boolean", default: false },
   });
-  const { json, stores, instances, postgres, "without-resume": withoutResume, ...fleetValues } = values;
+  const { json, stores, instances, postgres, "without-resume": withoutResume, "badge-link": badgeLink, ...fleetValues } = values;
   const options = fleetOptionsOf(fleetValues, withoutResume);
   const setups = setupsOf(stores, positiveInt("instances", instances));
+  if (badgeLink && !inBadgeLink()) {
+    if (setups.some((setup) => setup.store === "postgres")) throw new BenchUsageError("--badge-link runs in a network namespace of its own, which cannot reach PostgreSQL on the host: use --stores in-process or sqlite");
+    process.exitCode = await rerunInBadgeLink();
+    return;
+  }
+  if (badgeLink) setUpBadgeLink();
   const loadBefore = loadAverage();
   dropDatabasesOnExit(postgres);
   try {
@@ -375,6 +388,7 @@ async function main(): Promise<void> {
       spread_ms: options.spreadMs,
       ask: { at_ms: options.ask.atMs, spread_ms: options.ask.spreadMs },
       seed: options.seed,
+      badge_link: badgeLink ? { ...BADGE_LINK_SYSCTLS } : null,
       machine: machine(loadBefore),
       runs,
       peak_rss_mb: Math.round((procMemory(process.pid)?.hwm ?? Number.NaN) / MiB),
@@ -398,6 +412,7 @@ function table(r: Report): string[] {
   const lines = [
     `badgebench fleet benchmark: ${count(r.badges)} badges over ${r.spread_ms / 1000} s; the wearers of ${count(r.downloading)} ask, ${count(r.burst)} of them at ${r.ask.at_ms / 1000} s`,
     `${r.ask.spread_ms === 0 ? "all at once" : `within ${r.ask.spread_ms} ms`}; image ${count(r.image_bytes)} bytes; ${describeMachine(r.machine)}`,
+    r.badge_link ? `the badge link: a network namespace of its own, ${Object.entries(r.badge_link).map(([key, value]) => `${key.split("/").at(-1)} = ${value}`).join(", ")}` : "the link: the host's loopback",
   ];
   for (const run of r.runs) {
     const f = run.fleet;

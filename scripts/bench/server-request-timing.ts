@@ -44,7 +44,9 @@ export function timeServerRequests(): { stop(): ServerSamples; takeDownloads(): 
     const { writeHead, write } = response;
     let image = false;
     response.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
-      if (!image && (args[0] === 200 || args[0] === 206)) {
+      // A badge that left while its fetch was being recorded closed the response already: it is
+      // not in flight, and its close, gone by, would never take it off the count.
+      if (!image && (args[0] === 200 || args[0] === 206) && !response.closed) {
         image = true;
         downloads.peakInFlight = Math.max(downloads.peakInFlight, ++inFlight);
         response.once("close", () => inFlight--);
