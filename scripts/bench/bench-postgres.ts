@@ -41,10 +41,13 @@ const FLOORS = { check: 0.6, create: 0.5, sync: 0.8, check_cpu: 1.5 } as const;
 const { check: CHECK_PATH, sync: SYNC_PATH } = BADGE_PATHS;
 // The badge school: SYNC_ROOMS rooms whose cards the syncs tap (one badge each), and CREATE_ROOMS
 // whose (session, student) pairs the creates use, so neither runs into the other's records:
-// 60,000 pairs, more than 12 s of SQLite's creates on this machine (about 46,000).
+// 240,000 pairs (SESSIONS_PER_ROOM sessions a room), 12 s of creates at 20,000/s. With one
+// session a room (60,000 pairs) SQLite's creates on a quiet 2-core machine ran out of pairs
+// before the end of the phase, and the run was invalid.
 const SYNC_ROOMS = 10;
 const CREATE_ROOMS = 20;
 const STUDENTS_PER_ROOM = 3000;
+const SESSIONS_PER_ROOM = 4;
 const TAPS_PER_SYNC = 30;
 const SYNC_CONCURRENCY = 20;
 const SYNC_WARMUP_REQUESTS = 30;
@@ -209,7 +212,7 @@ function checkRequest(bench: BadgeBench, k: number, n: number): AutocannonReques
 /** Creates over the create rooms' (session, student) pairs, each pair once; `exhausted` says the pool ran out. */
 function createRequest(bench: BadgeBench, token: string, label: string) {
   const rooms = bench.rooms.slice(SYNC_ROOMS);
-  const pool = rooms.length * STUDENTS_PER_ROOM;
+  const pool = rooms.length * SESSIONS_PER_ROOM * STUDENTS_PER_ROOM;
   const state = { next: 0, exhausted: false };
   const request: AutocannonRequest = {
     method: "POST",
@@ -219,11 +222,12 @@ function createRequest(bench: BadgeBench, token: string, label: string) {
       const i = state.next++;
       if (i >= pool) state.exhausted = true;
       const room = rooms[i % rooms.length]!;
-      const student = Math.floor(i / rooms.length) % STUDENTS_PER_ROOM;
+      const inRoom = Math.floor(i / rooms.length);
+      const student = Math.floor(inRoom / SESSIONS_PER_ROOM) % STUDENTS_PER_ROOM;
       return {
         ...req,
         headers: { ...req.headers, "idempotency-key": `bench-${label}-${i}` },
-        body: JSON.stringify({ session_id: room.sessionId, external_id: room.externalIds[student], status: "present" }),
+        body: JSON.stringify({ session_id: room.sessionIds[inRoom % SESSIONS_PER_ROOM], external_id: room.externalIds[student], status: "present" }),
       };
     },
   };
@@ -284,6 +288,7 @@ async function benchSetup(setup: Setup, dir: string, url: string | undefined, se
   const bench = await prepareBadgeBench(dataDir, path.join(dir, "scratch"), {
     rooms: SYNC_ROOMS + CREATE_ROOMS,
     studentsPerRoom: STUDENTS_PER_ROOM,
+    sessionsPerRoom: SESSIONS_PER_ROOM,
     devicesPerRoom: 1,
     databaseUrl: url,
   });
