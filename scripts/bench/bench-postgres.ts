@@ -1,6 +1,7 @@
 // Benchmarks the server on PostgreSQL beside SQLite, the same load in one run (issue 14, Speed):
-//   1. three set-ups: 1 instance on SQLite (`--sync full`), 1 instance on PostgreSQL and
-//      2 instances on the same PostgreSQL database; on each, in this order:
+//   1. three set-ups, all prepared and started first: 1 instance on SQLite (`--sync full`), 1
+//      instance on PostgreSQL and 2 instances on the same PostgreSQL database; then each load on
+//      the three in turn, in this order (benchSetups):
 //      - POST /api/badge/ota/check (autocannon, every badge token in turn, each answer an offer),
 //      - POST /v1/attendance creates (autocannon, every request a new (session, student) pair),
 //      - POST /api/badge/sync with 30 taps per request (every tap a new record), as bench-sync.ts;
@@ -281,7 +282,17 @@ interface SetupResult extends Setup {
   setup_seconds: number;
 }
 
-async function benchSetup(setup: Setup, dir: string, url: string | undefined, settings: LoadSettings): Promise<SetupResult> {
+/** A set-up ready to be loaded: its school, its servers running, the API key of the creates. */
+interface Running {
+  setup: Setup;
+  url: string | undefined;
+  bench: BadgeBench;
+  key: string;
+  servers: Server[];
+  setupSeconds: number;
+}
+
+async function startSetup(setup: Setup, dir: string, url: string | undefined): Promise<Running> {
   const started = performance.now();
   log(`${setup.label}: preparing ${SYNC_ROOMS + CREATE_ROOMS} rooms x ${STUDENTS_PER_ROOM} students, ${SYNC_ROOMS + CREATE_ROOMS} badges, a release`);
   const dataDir = path.join(dir, "data");
@@ -296,25 +307,45 @@ async function benchSetup(setup: Setup, dir: string, url: string | undefined, se
   const key = await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"], name: "bench creates" });
   await store.close();
   const setupSeconds = (performance.now() - started) / 1000;
-
   const servers: Server[] = [];
   try {
     for (let i = 0; i < setup.instances; i++) servers.push(await spawnBadgebench(dataDir, "full", { databaseUrl: url }));
-    log(`${setup.label}: ${CHECK_PATH}`);
-    const check = await loadSpread(servers, settings, (k) => checkRequest(bench, k, servers.length), url);
-    log(`  ${check.rate} req/s`);
-    log(`${setup.label}: POST /v1/attendance`);
-    const creates = createRequest(bench, key.secret, setup.label.replace(/\W+/g, "-"));
-    const create = await loadSpread(servers, settings, () => creates.request, url);
-    if (creates.state.exhausted) create.failures++; // a pair used twice answers 409: not a create
-    log(`  ${create.rate} creates/s`);
-    log(`${setup.label}: ${SYNC_PATH}`);
-    const sync = await syncSpread(servers, bench, url);
-    log(`  ${sync.rate} taps/s`);
-    return { ...setup, check, create: { ...create, pool: creates.pool }, sync, setup_seconds: round(setupSeconds, 1) };
-  } finally {
+  } catch (error) {
     for (const server of servers) await stopServer(server.child);
+    throw error;
   }
+  return { setup, url, bench, key: key.secret, servers, setupSeconds };
+}
+
+/**
+ * Each load on every set-up in turn (checks on the three, then creates on the three, then syncs):
+ * the set-ups a ratio compares are measured within a minute of each other, not minutes apart, so
+ * the other work of a shared machine moves them alike. Run set-up after set-up, a load average
+ * going from 8 to 15 during the run made SQLite's phases and PostgreSQL's incomparable.
+ */
+async function benchSetups(running: Running[], settings: LoadSettings): Promise<SetupResult[]> {
+  const checks: RateResult[] = [];
+  for (const { setup, bench, servers, url } of running) {
+    log(`${setup.label}: ${CHECK_PATH}`);
+    checks.push(await loadSpread(servers, settings, (k) => checkRequest(bench, k, servers.length), url));
+    log(`  ${checks.at(-1)!.rate} req/s`);
+  }
+  const creates: (RateResult & { pool: number })[] = [];
+  for (const { setup, bench, servers, url, key } of running) {
+    log(`${setup.label}: POST /v1/attendance`);
+    const requests = createRequest(bench, key, setup.label.replace(/\W+/g, "-"));
+    const create = await loadSpread(servers, settings, () => requests.request, url);
+    if (requests.state.exhausted) create.failures++; // a pair used twice answers 409: not a create
+    creates.push({ ...create, pool: requests.pool });
+    log(`  ${create.rate} creates/s`);
+  }
+  const syncs: RateResult[] = [];
+  for (const { setup, bench, servers, url } of running) {
+    log(`${setup.label}: ${SYNC_PATH}`);
+    syncs.push(await syncSpread(servers, bench, url));
+    log(`  ${syncs.at(-1)!.rate} taps/s`);
+  }
+  return running.map(({ setup, setupSeconds }, i) => ({ ...setup, check: checks[i]!, create: creates[i]!, sync: syncs[i]!, setup_seconds: round(setupSeconds, 1) }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -385,10 +416,16 @@ async function main(): Promise<void> {
   const loadBefore = loadAverage();
   try {
     const report = await withTempDir("badgebench-bench-pg-", async (tmp) => {
-      const setups: SetupResult[] = [];
-      for (const [i, setup] of SETUPS.entries()) {
-        const url = setup.database === "postgres" ? await createDatabase(postgres, `${prefix}_${i}`) : undefined;
-        setups.push(await benchSetup(setup, path.join(tmp, `setup-${i}`), url, settings));
+      const running: Running[] = [];
+      let setups: SetupResult[];
+      try {
+        for (const [i, setup] of SETUPS.entries()) {
+          const url = setup.database === "postgres" ? await createDatabase(postgres, `${prefix}_${i}`) : undefined;
+          running.push(await startSetup(setup, path.join(tmp, `setup-${i}`), url));
+        }
+        setups = await benchSetups(running, settings);
+      } finally {
+        for (const { servers } of running) for (const server of servers) await stopServer(server.child);
       }
       log(`pagination: ${records} records on PostgreSQL`);
       const reads = await benchReads(path.join(tmp, "reads"), records, await createDatabase(postgres, `${prefix}_pages`));

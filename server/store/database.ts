@@ -339,6 +339,10 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
   const pool = new pg.Pool({
     connectionString: urlText,
     max: poolSize,
+    // Connections stay open once made (at most poolSize): one the pool's default closed after 10 s
+    // idle came back as a new backend, paying its start, its caches and the planning of every
+    // prepared statement again, at the first burst of requests after a lull.
+    idleTimeoutMillis: 0,
     connectionTimeoutMillis: connectTimeoutMs,
     statement_timeout: statementTimeoutMs,
     // A transaction left open by a stalled request must not hold its locks for long.
