@@ -7,7 +7,8 @@
 //      - POST /api/badge/sync with 30 taps per request (every tap a new record), as bench-sync.ts;
 //      with two instances the load is split in halves, one per instance, run at the same time,
 //      and the rates are added. Beside each rate: the servers' CPU per request (all their
-//      threads, from /proc), the CPU cores the servers and PostgreSQL's processes used, and how
+//      threads, from /proc), the CPU cores the servers and PostgreSQL's processes (the backends of
+//      the set-up's database and the server's background processes) used, and how
 //      busy the whole machine was, which says what limits the second instance; on PostgreSQL how
 //      many of the database's connections were busy (sampled every 20 ms), which the pool size is
 //      set from. Issue 27's floors, PostgreSQL 1 instance / SQLite in this run: check >= 0.6,
@@ -28,7 +29,7 @@ import path from "node:path";
 import { BADGE_PATHS } from "../../firmware/index.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { openStore } from "../../server/store/database.ts";
-import { busyConnections, withAdminDatabase } from "../../server/store/postgres-admin.ts";
+import { busyConnections, processesOf, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 import { createDatabase, DEFAULT_BENCH_POSTGRES, dropDatabases, dropDatabasesOnExit } from "./bench-databases.ts";
 import { benchReads, closeReadsAgent, type PaginationResult, type RollResult } from "./bench-attendance-reads.ts";
 import { badgeStatusLines, prepareBadgeBench, type BadgeBench } from "./bench-badge-setup.ts";
@@ -76,19 +77,9 @@ function machineJiffies(): { busy: number; total: number } {
   return { busy: total - idle, total };
 }
 
-/** CPU seconds used so far by every process named `postgres` (the server and its backends). */
-function postgresCpuSeconds(): number {
-  let seconds = 0;
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${entry}/comm`, "utf8").trim() !== "postgres") continue;
-    } catch {
-      continue; // gone meanwhile
-    }
-    seconds += procCpuSeconds(Number(entry)) ?? 0;
-  }
-  return seconds;
+/** CPU seconds used so far by each of the PostgreSQL processes `pids` (those gone meanwhile count 0). */
+function cpuSecondsOf(pids: readonly number[]): Map<number, number> {
+  return new Map(pids.map((pid) => [pid, procCpuSeconds(pid) ?? 0]));
 }
 
 /** How many of the database's connections were busy (in a statement or a transaction), sampled every 20 ms: what the pool size is set from. */
@@ -99,8 +90,11 @@ interface ConnectionsBusy {
 
 const SAMPLE_EVERY_MS = 20;
 
-/** `work` with the busy connections of the database at `url` sampled meanwhile (none on SQLite). */
-async function samplingConnections<T>(url: string | undefined, work: () => Promise<T>): Promise<{ result: T; busy: ConnectionsBusy | null }> {
+/**
+ * `work` with the busy connections of the database at `url` sampled meanwhile (none on SQLite);
+ * `work` is given what lists the PostgreSQL processes working for that database.
+ */
+async function samplingConnections<T>(url: string | undefined, work: (postgresProcesses?: () => Promise<number[]>) => Promise<T>): Promise<{ result: T; busy: ConnectionsBusy | null }> {
   if (url === undefined) return { result: await work(), busy: null };
   const name = new URL(url).pathname.slice(1);
   return withAdminDatabase(url, async (admin) => {
@@ -113,7 +107,7 @@ async function samplingConnections<T>(url: string | undefined, work: () => Promi
       }
     })();
     try {
-      return { result: await work(), busy: samples.length === 0 ? null : { max: Math.max(...samples), mean: round(samples.reduce((a, b) => a + b, 0) / samples.length, 1) } };
+      return { result: await work(() => processesOf(admin, name)), busy: samples.length === 0 ? null : { max: Math.max(...samples), mean: round(samples.reduce((a, b) => a + b, 0) / samples.length, 1) } };
     } finally {
       done = true;
       await sampling;
@@ -124,25 +118,28 @@ async function samplingConnections<T>(url: string | undefined, work: () => Promi
 interface CpuUse {
   /** CPU cores the badgebench servers used, on average over the phase */
   servers_cores: number;
-  /** CPU cores PostgreSQL's processes used (0 on SQLite, apart from other jobs' databases) */
+  /** CPU cores PostgreSQL's processes working for the set-up's database used (its connections' backends, the server's background processes; 0 on SQLite) */
   postgres_cores: number;
   /** the share of all the machine's CPU time that was busy (everything: load client, other jobs) */
   machine_busy: number;
 }
 
-async function measuringCpu<T>(servers: ChildProcess[], work: () => Promise<T>): Promise<{ result: T; cpu: CpuUse }> {
+async function measuringCpu<T>(servers: ChildProcess[], work: () => Promise<T>, postgresProcesses?: () => Promise<number[]>): Promise<{ result: T; cpu: CpuUse }> {
   const serverCpu = () => servers.reduce((sum, s) => sum + (procCpuSeconds(s.pid!) ?? 0), 0);
+  const postgresBefore = cpuSecondsOf((await postgresProcesses?.()) ?? []);
   const started = performance.now();
-  const before = { servers: serverCpu(), postgres: postgresCpuSeconds(), machine: machineJiffies() };
+  const before = { servers: serverCpu(), machine: machineJiffies() };
   const result = await work();
   const seconds = (performance.now() - started) / 1000;
   const machine = machineJiffies();
+  // A backend opened during the phase had used nothing before it.
+  let postgres = 0;
+  for (const [pid, cpu] of cpuSecondsOf((await postgresProcesses?.()) ?? [])) postgres += cpu - (postgresBefore.get(pid) ?? 0);
   return {
     result,
     cpu: {
       servers_cores: round((serverCpu() - before.servers) / seconds),
-      // A backend that ended during the phase takes its CPU time with it; never below 0.
-      postgres_cores: round(Math.max(0, postgresCpuSeconds() - before.postgres) / seconds),
+      postgres_cores: round(postgres / seconds),
       machine_busy: round((machine.busy - before.machine.busy) / (machine.total - before.machine.total)),
     },
   };
@@ -175,10 +172,11 @@ async function loadSpread(servers: Server[], settings: LoadSettings, requestFor:
   const {
     result: { result: runs, cpu },
     busy,
-  } = await samplingConnections(databaseUrl, () =>
+  } = await samplingConnections(databaseUrl, (postgresProcesses) =>
     measuringCpu(
       servers.map((s) => s.child),
       () => Promise.all(servers.map((s, k) => load(s.url, share, [requestFor(k)], s.child.pid))),
+      postgresProcesses,
     ),
   );
   const total = runs.reduce((n, r) => n + r.total, 0);
@@ -248,10 +246,11 @@ async function syncSpread(servers: Server[], bench: BadgeBench, databaseUrl: str
     const {
       result: { result: runs, cpu },
       busy,
-    } = await samplingConnections(databaseUrl, () =>
+    } = await samplingConnections(databaseUrl, (postgresProcesses) =>
       measuringCpu(
         servers.map((s) => s.child),
         () => phases(requests.slice(SYNC_WARMUP_REQUESTS)),
+        postgresProcesses,
       ),
     );
     const problems = [...warm, ...runs].reduce((n, p: Phase) => n + Object.values(p.problems).reduce((a, b) => a + b, 0), 0);
