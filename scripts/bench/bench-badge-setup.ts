@@ -1,8 +1,10 @@
 // The data directory the badge benchmarks (bench-ota-check, bench-ota-download, bench-sync) run
 // against: a school of `rooms` rooms, each with one course of `studentsPerRoom` students who
 // all carry a card, one session per room covering the present moment (opened, so it accepts
-// taps), `devicesPerRoom` badges per room with their device tokens, and one published fleet
-// release built by the firmware module's test-image maker.
+// taps) and `sessionsPerRoom - 1` more of the course in the room after it (each a further
+// (session, student) pair per student for API creates), `devicesPerRoom` badges per room with
+// their device tokens, and one published fleet release built by the firmware module's
+// test-image maker.
 import fs from "node:fs";
 import path from "node:path";
 import { buildAppImage, formatRequest, formatStatusPairs, OTA_SLOT_BYTES, type ReleaseEntry } from "../../firmware/index.ts";
@@ -33,6 +35,8 @@ export interface BadgeBenchPlan {
   rooms: number;
   studentsPerRoom: number;
   devicesPerRoom: number;
+  /** sessions of the room's course in each room, one after the other (default 1: the one covering the present moment) */
+  sessionsPerRoom?: number;
   /** size of the published image; default BENCH_IMAGE_BYTES */
   imageBytes?: number;
   /** a `postgres://` URL: fill that (empty) PostgreSQL database instead of SQLite in the data directory, releases included */
@@ -47,7 +51,10 @@ export interface BenchDevice {
 
 export interface BenchRoom {
   code: string;
+  /** the session covering the present moment, which the room's badges tap into */
   sessionId: string;
+  /** every session of the room, that one first */
+  sessionIds: string[];
   /** the card UIDs of the room's students, all enrolled in the room's open session */
   cards: string[];
   /** the same students' external ids, in the same order */
@@ -71,6 +78,10 @@ const externalId = (r: number, i: number) => `R${r}S${i}`;
 /** 10 upper-case hex digits, distinct across the school. */
 const cardUid = (r: number, i: number) => `CA${r.toString(16).toUpperCase().padStart(2, "0")}${i.toString(16).toUpperCase().padStart(6, "0")}`;
 
+/** The room's k-th session starts and ends this much after its first (which runs 3 hours). */
+const SESSION_SPACING_MS = 4 * 3600_000;
+const later = (iso: string, k: number) => new Date(Date.parse(iso) + k * SESSION_SPACING_MS).toISOString();
+
 function buildSchool(plan: BadgeBenchPlan, now: number): SchoolFile {
   // Started 2 minutes ago and running for 3 hours: taps stamped "now minus a few seconds"
   // anywhere in a benchmark run fall inside it.
@@ -88,7 +99,9 @@ function buildSchool(plan: BadgeBenchPlan, now: number): SchoolFile {
       course_code: courseCode(r),
       external_ids: Array.from({ length: plan.studentsPerRoom }, (_, i) => externalId(r, i)),
     })),
-    sessions: rooms.map((r) => ({ course_code: courseCode(r), room: roomCode(r), starts_at: startsAt, ends_at: endsAt })),
+    sessions: rooms.flatMap((r) =>
+      Array.from({ length: plan.sessionsPerRoom ?? 1 }, (_, k) => ({ course_code: courseCode(r), room: roomCode(r), starts_at: later(startsAt, k), ends_at: later(endsAt, k) })),
+    ),
   };
 }
 
@@ -98,13 +111,14 @@ export async function prepareBadgeBench(dataDir: string, scratchDir: string, pla
   const store = await openStore({ dataDir, sync: "normal", databaseUrl: plan.databaseUrl });
   try {
     await importSchool(store.db, buildSchool(plan, Date.now()), { mode: "test", source: "badge bench school" });
-    const sessions = await store.db.selectFrom("sessions").select(["id", "room"]).where("livemode", "=", 0).execute();
+    const sessions = await store.db.selectFrom("sessions").select(["id", "room"]).where("livemode", "=", 0).orderBy("starts_at").execute();
     await store.db.transaction().execute(async (trx) => {
       for (const session of sessions) await transitionSession(trx, session.id, "open");
     });
     const rooms: BenchRoom[] = Array.from({ length: plan.rooms }, (_, r) => ({
       code: roomCode(r),
       sessionId: sessions.find((s) => s.room === roomCode(r))!.id,
+      sessionIds: sessions.filter((s) => s.room === roomCode(r)).map((s) => s.id),
       cards: Array.from({ length: plan.studentsPerRoom }, (_, i) => cardUid(r, i)),
       externalIds: Array.from({ length: plan.studentsPerRoom }, (_, i) => externalId(r, i)),
     }));

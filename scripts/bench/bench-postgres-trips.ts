@@ -1,9 +1,12 @@
-// Where a request's time goes on PostgreSQL (issue 27): the statements (each one network round
-// trip, counted at the driver: database.ts's postgresQueriesSent) a check, a create and a 30-tap
-// sync send, one request at a time (nothing to share: the worst case) and 20 in flight (the write
-// batcher's groups and the shared reads spread over the requests), with the server's CPU per
-// request (this process's, measured around the requests, including the client's share). The
-// server runs in this process; the database is a fresh one, dropped at the end.
+// Where a request's time goes on PostgreSQL (issue 27): the statements and the round trips (the
+// writes of statements, those made together going out in one: database.ts's postgresQueriesSent
+// and postgresWritesSent, counted at the driver) a check, a create and a 30-tap sync send, one
+// request at a time (nothing to share: the worst case) and 20 in flight (4 for the syncs, one per
+// badge: the write batcher's groups and the shared reads spread over the requests), with the
+// server's CPU per request (this process's, measured around the requests, including the client's
+// share). The syncs tap students no create marked, as in bench-postgres.ts (a tap on a student an
+// API create marked takes that record over: its own statements). The server runs in this
+// process; the database is a fresh one, dropped at the end.
 // Usage: npx tsx scripts/bench/bench-postgres-trips.ts [--requests 200] [--postgres URL] [--json]
 import crypto from "node:crypto";
 import http from "node:http";
@@ -12,7 +15,7 @@ import pino from "pino";
 import { BADGE_PATHS } from "../../firmware/index.ts";
 import { startServer } from "../../server/main.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
-import { openStore, postgresQueriesSent } from "../../server/store/database.ts";
+import { openStore, postgresQueriesSent, postgresWritesSent } from "../../server/store/database.ts";
 import { badgeStatusLines, prepareBadgeBench } from "./bench-badge-setup.ts";
 import { benchArgs, positiveInt, writeReport } from "./bench-cli.ts";
 import { createDatabase, DEFAULT_BENCH_POSTGRES, dropDatabases, dropDatabasesOnExit } from "./bench-databases.ts";
@@ -21,11 +24,16 @@ import { planRequests, runPhase } from "./bench-sync.ts";
 
 const IN_FLIGHT = 20;
 const TAPS_PER_SYNC = 30;
+/** syncs per room's badge: 4 one at a time, then 4 with the rooms' badges at once */
+const SYNCS_PER_ROOM = 8;
 
 interface Trips {
   /** statements per request */
   one_at_a_time: number;
   in_flight_20: number;
+  /** round trips (writes of statements) per request */
+  round_trips_one_at_a_time: number;
+  round_trips_in_flight_20: number;
   /** this process's CPU per request with 20 in flight, microseconds (server and client) */
   cpu_us_in_flight_20: number;
 }
@@ -33,6 +41,7 @@ interface Trips {
 /** Runs `count` requests made by `send(i)`, `concurrency` at a time; statements and CPU per request. */
 async function measure(count: number, concurrency: number, send: (i: number) => Promise<void>) {
   const queries = postgresQueriesSent();
+  const writes = postgresWritesSent();
   const cpu = process.cpuUsage();
   let next = 0;
   await Promise.all(
@@ -41,7 +50,7 @@ async function measure(count: number, concurrency: number, send: (i: number) => 
     }),
   );
   const used = process.cpuUsage(cpu);
-  return { trips: (postgresQueriesSent() - queries) / count, cpuUs: (used.user + used.system) / count };
+  return { statements: (postgresQueriesSent() - queries) / count, trips: (postgresWritesSent() - writes) / count, cpuUs: (used.user + used.system) / count };
 }
 
 function request(agent: http.Agent, url: URL, headers: Record<string, string>, body: string): Promise<void> {
@@ -65,9 +74,10 @@ async function main(): Promise<void> {
   try {
     const report = await withTempDir("badgebench-bench-trips-", async (dir) => {
       const dataDir = path.join(dir, "data");
-      // Enough (session, student) pairs for every create, and cards for every sync tap.
+      // Enough (session, student) pairs for every create, and after them the cards of every sync tap.
       const rooms = 4;
-      const studentsPerRoom = Math.max(TAPS_PER_SYNC, Math.ceil((count * 2) / rooms) + TAPS_PER_SYNC * 4);
+      const createsPerRoom = Math.ceil(count / rooms);
+      const studentsPerRoom = createsPerRoom + TAPS_PER_SYNC * SYNCS_PER_ROOM;
       const bench = await prepareBadgeBench(dataDir, path.join(dir, "scratch"), { rooms, studentsPerRoom, devicesPerRoom: 1, databaseUrl: url, imageBytes: 64 * 1024 });
       const store = await openStore({ dataDir, databaseUrl: url });
       const key = await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"] });
@@ -84,18 +94,23 @@ async function main(): Promise<void> {
           const body = JSON.stringify({ session_id: room.sessionId, external_id: room.externalIds[Math.floor(i / rooms)], status: "present" });
           return request(agent, new URL("/v1/attendance", server.url), { authorization: `Bearer ${key.secret}`, "content-type": "application/json", "idempotency-key": `trips-${i}` }, body);
         };
-        const syncs = planRequests(bench.rooms, bench.devices, TAPS_PER_SYNC).slice(-8 * rooms);
+        const syncRooms = bench.rooms.map((room) => ({ ...room, cards: room.cards.slice(createsPerRoom) }));
+        const syncs = planRequests(syncRooms, bench.devices, TAPS_PER_SYNC);
         const syncUrl = new URL(BADGE_PATHS.sync, server.url);
         const syncTrips = async (concurrency: number, part: typeof syncs) => {
           const queries = postgresQueriesSent();
+          const writes = postgresWritesSent();
           const cpu = process.cpuUsage();
           await runPhase(agent, syncUrl, part, concurrency);
           const used = process.cpuUsage(cpu);
-          return { trips: (postgresQueriesSent() - queries) / part.length, cpuUs: (used.user + used.system) / part.length };
+          return { statements: (postgresQueriesSent() - queries) / part.length, trips: (postgresWritesSent() - writes) / part.length, cpuUs: (used.user + used.system) / part.length };
         };
-        const of = (one: { trips: number }, many: { trips: number; cpuUs: number }): Trips => ({
-          one_at_a_time: round(one.trips, 2),
-          in_flight_20: round(many.trips, 2),
+        type Measured = { statements: number; trips: number; cpuUs: number };
+        const of = (one: Measured, many: Measured): Trips => ({
+          one_at_a_time: round(one.statements, 2),
+          in_flight_20: round(many.statements, 2),
+          round_trips_one_at_a_time: round(one.trips, 2),
+          round_trips_in_flight_20: round(many.trips, 2),
           cpu_us_in_flight_20: round(many.cpuUs, 0),
         });
         await measure(20, 1, check); // warm: principals cached, statements prepared
@@ -112,9 +127,10 @@ async function main(): Promise<void> {
     });
     writeReport(report, values.json, (r: { machine: Machine; requests: number; check: Trips; create: Trips; sync_30_taps: Trips }) => [
       `badgebench PostgreSQL round trips per request: ${describeMachine(r.machine)}; ${r.requests} requests each`,
-      "request        statements one at a time   with 20 in flight   CPU/request (20 in flight, server + client)",
+      "request        statements (round trips) one at a time   with 20 in flight (syncs: 4)   CPU/request (in flight, server + client)",
       ...(["check", "create", "sync_30_taps"] as const).map(
-        (kind) => `${kind.padEnd(14)} ${String(r[kind].one_at_a_time).padStart(10)} ${String(r[kind].in_flight_20).padStart(20)} ${String(r[kind].cpu_us_in_flight_20).padStart(14)} us`,
+        (kind) =>
+          `${kind.padEnd(14)} ${`${r[kind].one_at_a_time} (${r[kind].round_trips_one_at_a_time})`.padStart(20)} ${`${r[kind].in_flight_20} (${r[kind].round_trips_in_flight_20})`.padStart(30)} ${String(r[kind].cpu_us_in_flight_20).padStart(14)} us`,
       ),
     ]);
   } finally {

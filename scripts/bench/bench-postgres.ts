@@ -1,12 +1,14 @@
 // Benchmarks the server on PostgreSQL beside SQLite, the same load in one run (issue 14, Speed):
-//   1. three set-ups: 1 instance on SQLite (`--sync full`), 1 instance on PostgreSQL and
-//      2 instances on the same PostgreSQL database; on each, in this order:
+//   1. three set-ups, all prepared and started first: 1 instance on SQLite (`--sync full`), 1
+//      instance on PostgreSQL and 2 instances on the same PostgreSQL database; then each load on
+//      the three in turn, in this order (benchSetups):
 //      - POST /api/badge/ota/check (autocannon, every badge token in turn, each answer an offer),
 //      - POST /v1/attendance creates (autocannon, every request a new (session, student) pair),
 //      - POST /api/badge/sync with 30 taps per request (every tap a new record), as bench-sync.ts;
 //      with two instances the load is split in halves, one per instance, run at the same time,
 //      and the rates are added. Beside each rate: the servers' CPU per request (all their
-//      threads, from /proc), the CPU cores the servers and PostgreSQL's processes used, and how
+//      threads, from /proc), the CPU cores the servers and PostgreSQL's processes (the backends of
+//      the set-up's database and the server's background processes) used, and how
 //      busy the whole machine was, which says what limits the second instance; on PostgreSQL how
 //      many of the database's connections were busy (sampled every 20 ms), which the pool size is
 //      set from. Issue 27's floors, PostgreSQL 1 instance / SQLite in this run: check >= 0.6,
@@ -27,7 +29,7 @@ import path from "node:path";
 import { BADGE_PATHS } from "../../firmware/index.ts";
 import { createApiKey } from "../../server/services/api-keys.ts";
 import { openStore } from "../../server/store/database.ts";
-import { busyConnections, withAdminDatabase } from "../../server/store/postgres-admin.ts";
+import { busyConnections, processesOf, withAdminDatabase } from "../../server/store/postgres-admin.ts";
 import { createDatabase, DEFAULT_BENCH_POSTGRES, dropDatabases, dropDatabasesOnExit } from "./bench-databases.ts";
 import { benchReads, closeReadsAgent, type PaginationResult, type RollResult } from "./bench-attendance-reads.ts";
 import { badgeStatusLines, prepareBadgeBench, type BadgeBench } from "./bench-badge-setup.ts";
@@ -41,10 +43,13 @@ const FLOORS = { check: 0.6, create: 0.5, sync: 0.8, check_cpu: 1.5 } as const;
 const { check: CHECK_PATH, sync: SYNC_PATH } = BADGE_PATHS;
 // The badge school: SYNC_ROOMS rooms whose cards the syncs tap (one badge each), and CREATE_ROOMS
 // whose (session, student) pairs the creates use, so neither runs into the other's records:
-// 60,000 pairs, more than 12 s of SQLite's creates on this machine (about 46,000).
+// 240,000 pairs (SESSIONS_PER_ROOM sessions a room), 12 s of creates at 20,000/s. With one
+// session a room (60,000 pairs) SQLite's creates on a quiet 2-core machine ran out of pairs
+// before the end of the phase, and the run was invalid.
 const SYNC_ROOMS = 10;
 const CREATE_ROOMS = 20;
 const STUDENTS_PER_ROOM = 3000;
+const SESSIONS_PER_ROOM = 4;
 const TAPS_PER_SYNC = 30;
 const SYNC_CONCURRENCY = 20;
 const SYNC_WARMUP_REQUESTS = 30;
@@ -72,19 +77,9 @@ function machineJiffies(): { busy: number; total: number } {
   return { busy: total - idle, total };
 }
 
-/** CPU seconds used so far by every process named `postgres` (the server and its backends). */
-function postgresCpuSeconds(): number {
-  let seconds = 0;
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (fs.readFileSync(`/proc/${entry}/comm`, "utf8").trim() !== "postgres") continue;
-    } catch {
-      continue; // gone meanwhile
-    }
-    seconds += procCpuSeconds(Number(entry)) ?? 0;
-  }
-  return seconds;
+/** CPU seconds used so far by each of the PostgreSQL processes `pids` (those gone meanwhile count 0). */
+function cpuSecondsOf(pids: readonly number[]): Map<number, number> {
+  return new Map(pids.map((pid) => [pid, procCpuSeconds(pid) ?? 0]));
 }
 
 /** How many of the database's connections were busy (in a statement or a transaction), sampled every 20 ms: what the pool size is set from. */
@@ -95,8 +90,11 @@ interface ConnectionsBusy {
 
 const SAMPLE_EVERY_MS = 20;
 
-/** `work` with the busy connections of the database at `url` sampled meanwhile (none on SQLite). */
-async function samplingConnections<T>(url: string | undefined, work: () => Promise<T>): Promise<{ result: T; busy: ConnectionsBusy | null }> {
+/**
+ * `work` with the busy connections of the database at `url` sampled meanwhile (none on SQLite);
+ * `work` is given what lists the PostgreSQL processes working for that database.
+ */
+async function samplingConnections<T>(url: string | undefined, work: (postgresProcesses?: () => Promise<number[]>) => Promise<T>): Promise<{ result: T; busy: ConnectionsBusy | null }> {
   if (url === undefined) return { result: await work(), busy: null };
   const name = new URL(url).pathname.slice(1);
   return withAdminDatabase(url, async (admin) => {
@@ -109,7 +107,7 @@ async function samplingConnections<T>(url: string | undefined, work: () => Promi
       }
     })();
     try {
-      return { result: await work(), busy: samples.length === 0 ? null : { max: Math.max(...samples), mean: round(samples.reduce((a, b) => a + b, 0) / samples.length, 1) } };
+      return { result: await work(() => processesOf(admin, name)), busy: samples.length === 0 ? null : { max: Math.max(...samples), mean: round(samples.reduce((a, b) => a + b, 0) / samples.length, 1) } };
     } finally {
       done = true;
       await sampling;
@@ -120,25 +118,28 @@ async function samplingConnections<T>(url: string | undefined, work: () => Promi
 interface CpuUse {
   /** CPU cores the badgebench servers used, on average over the phase */
   servers_cores: number;
-  /** CPU cores PostgreSQL's processes used (0 on SQLite, apart from other jobs' databases) */
+  /** CPU cores PostgreSQL's processes working for the set-up's database used (its connections' backends, the server's background processes; 0 on SQLite) */
   postgres_cores: number;
   /** the share of all the machine's CPU time that was busy (everything: load client, other jobs) */
   machine_busy: number;
 }
 
-async function measuringCpu<T>(servers: ChildProcess[], work: () => Promise<T>): Promise<{ result: T; cpu: CpuUse }> {
+async function measuringCpu<T>(servers: ChildProcess[], work: () => Promise<T>, postgresProcesses?: () => Promise<number[]>): Promise<{ result: T; cpu: CpuUse }> {
   const serverCpu = () => servers.reduce((sum, s) => sum + (procCpuSeconds(s.pid!) ?? 0), 0);
+  const postgresBefore = cpuSecondsOf((await postgresProcesses?.()) ?? []);
   const started = performance.now();
-  const before = { servers: serverCpu(), postgres: postgresCpuSeconds(), machine: machineJiffies() };
+  const before = { servers: serverCpu(), machine: machineJiffies() };
   const result = await work();
   const seconds = (performance.now() - started) / 1000;
   const machine = machineJiffies();
+  // A backend opened during the phase had used nothing before it.
+  let postgres = 0;
+  for (const [pid, cpu] of cpuSecondsOf((await postgresProcesses?.()) ?? [])) postgres += cpu - (postgresBefore.get(pid) ?? 0);
   return {
     result,
     cpu: {
       servers_cores: round((serverCpu() - before.servers) / seconds),
-      // A backend that ended during the phase takes its CPU time with it; never below 0.
-      postgres_cores: round(Math.max(0, postgresCpuSeconds() - before.postgres) / seconds),
+      postgres_cores: round(postgres / seconds),
       machine_busy: round((machine.busy - before.machine.busy) / (machine.total - before.machine.total)),
     },
   };
@@ -171,10 +172,11 @@ async function loadSpread(servers: Server[], settings: LoadSettings, requestFor:
   const {
     result: { result: runs, cpu },
     busy,
-  } = await samplingConnections(databaseUrl, () =>
+  } = await samplingConnections(databaseUrl, (postgresProcesses) =>
     measuringCpu(
       servers.map((s) => s.child),
       () => Promise.all(servers.map((s, k) => load(s.url, share, [requestFor(k)], s.child.pid))),
+      postgresProcesses,
     ),
   );
   const total = runs.reduce((n, r) => n + r.total, 0);
@@ -209,7 +211,7 @@ function checkRequest(bench: BadgeBench, k: number, n: number): AutocannonReques
 /** Creates over the create rooms' (session, student) pairs, each pair once; `exhausted` says the pool ran out. */
 function createRequest(bench: BadgeBench, token: string, label: string) {
   const rooms = bench.rooms.slice(SYNC_ROOMS);
-  const pool = rooms.length * STUDENTS_PER_ROOM;
+  const pool = rooms.length * SESSIONS_PER_ROOM * STUDENTS_PER_ROOM;
   const state = { next: 0, exhausted: false };
   const request: AutocannonRequest = {
     method: "POST",
@@ -219,11 +221,12 @@ function createRequest(bench: BadgeBench, token: string, label: string) {
       const i = state.next++;
       if (i >= pool) state.exhausted = true;
       const room = rooms[i % rooms.length]!;
-      const student = Math.floor(i / rooms.length) % STUDENTS_PER_ROOM;
+      const inRoom = Math.floor(i / rooms.length);
+      const student = Math.floor(inRoom / SESSIONS_PER_ROOM) % STUDENTS_PER_ROOM;
       return {
         ...req,
         headers: { ...req.headers, "idempotency-key": `bench-${label}-${i}` },
-        body: JSON.stringify({ session_id: room.sessionId, external_id: room.externalIds[student], status: "present" }),
+        body: JSON.stringify({ session_id: room.sessionIds[inRoom % SESSIONS_PER_ROOM], external_id: room.externalIds[student], status: "present" }),
       };
     },
   };
@@ -243,10 +246,11 @@ async function syncSpread(servers: Server[], bench: BadgeBench, databaseUrl: str
     const {
       result: { result: runs, cpu },
       busy,
-    } = await samplingConnections(databaseUrl, () =>
+    } = await samplingConnections(databaseUrl, (postgresProcesses) =>
       measuringCpu(
         servers.map((s) => s.child),
         () => phases(requests.slice(SYNC_WARMUP_REQUESTS)),
+        postgresProcesses,
       ),
     );
     const problems = [...warm, ...runs].reduce((n, p: Phase) => n + Object.values(p.problems).reduce((a, b) => a + b, 0), 0);
@@ -277,13 +281,24 @@ interface SetupResult extends Setup {
   setup_seconds: number;
 }
 
-async function benchSetup(setup: Setup, dir: string, url: string | undefined, settings: LoadSettings): Promise<SetupResult> {
+/** A set-up ready to be loaded: its school, its servers running, the API key of the creates. */
+interface Running {
+  setup: Setup;
+  url: string | undefined;
+  bench: BadgeBench;
+  key: string;
+  servers: Server[];
+  setupSeconds: number;
+}
+
+async function startSetup(setup: Setup, dir: string, url: string | undefined): Promise<Running> {
   const started = performance.now();
   log(`${setup.label}: preparing ${SYNC_ROOMS + CREATE_ROOMS} rooms x ${STUDENTS_PER_ROOM} students, ${SYNC_ROOMS + CREATE_ROOMS} badges, a release`);
   const dataDir = path.join(dir, "data");
   const bench = await prepareBadgeBench(dataDir, path.join(dir, "scratch"), {
     rooms: SYNC_ROOMS + CREATE_ROOMS,
     studentsPerRoom: STUDENTS_PER_ROOM,
+    sessionsPerRoom: SESSIONS_PER_ROOM,
     devicesPerRoom: 1,
     databaseUrl: url,
   });
@@ -291,25 +306,45 @@ async function benchSetup(setup: Setup, dir: string, url: string | undefined, se
   const key = await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"], name: "bench creates" });
   await store.close();
   const setupSeconds = (performance.now() - started) / 1000;
-
   const servers: Server[] = [];
   try {
     for (let i = 0; i < setup.instances; i++) servers.push(await spawnBadgebench(dataDir, "full", { databaseUrl: url }));
-    log(`${setup.label}: ${CHECK_PATH}`);
-    const check = await loadSpread(servers, settings, (k) => checkRequest(bench, k, servers.length), url);
-    log(`  ${check.rate} req/s`);
-    log(`${setup.label}: POST /v1/attendance`);
-    const creates = createRequest(bench, key.secret, setup.label.replace(/\W+/g, "-"));
-    const create = await loadSpread(servers, settings, () => creates.request, url);
-    if (creates.state.exhausted) create.failures++; // a pair used twice answers 409: not a create
-    log(`  ${create.rate} creates/s`);
-    log(`${setup.label}: ${SYNC_PATH}`);
-    const sync = await syncSpread(servers, bench, url);
-    log(`  ${sync.rate} taps/s`);
-    return { ...setup, check, create: { ...create, pool: creates.pool }, sync, setup_seconds: round(setupSeconds, 1) };
-  } finally {
+  } catch (error) {
     for (const server of servers) await stopServer(server.child);
+    throw error;
   }
+  return { setup, url, bench, key: key.secret, servers, setupSeconds };
+}
+
+/**
+ * Each load on every set-up in turn (checks on the three, then creates on the three, then syncs):
+ * the set-ups a ratio compares are measured within a minute of each other, not minutes apart, so
+ * the other work of a shared machine moves them alike. Run set-up after set-up, a load average
+ * going from 8 to 15 during the run made SQLite's phases and PostgreSQL's incomparable.
+ */
+async function benchSetups(running: Running[], settings: LoadSettings): Promise<SetupResult[]> {
+  const checks: RateResult[] = [];
+  for (const { setup, bench, servers, url } of running) {
+    log(`${setup.label}: ${CHECK_PATH}`);
+    checks.push(await loadSpread(servers, settings, (k) => checkRequest(bench, k, servers.length), url));
+    log(`  ${checks.at(-1)!.rate} req/s`);
+  }
+  const creates: (RateResult & { pool: number })[] = [];
+  for (const { setup, bench, servers, url, key } of running) {
+    log(`${setup.label}: POST /v1/attendance`);
+    const requests = createRequest(bench, key, setup.label.replace(/\W+/g, "-"));
+    const create = await loadSpread(servers, settings, () => requests.request, url);
+    if (requests.state.exhausted) create.failures++; // a pair used twice answers 409: not a create
+    creates.push({ ...create, pool: requests.pool });
+    log(`  ${create.rate} creates/s`);
+  }
+  const syncs: RateResult[] = [];
+  for (const { setup, bench, servers, url } of running) {
+    log(`${setup.label}: ${SYNC_PATH}`);
+    syncs.push(await syncSpread(servers, bench, url));
+    log(`  ${syncs.at(-1)!.rate} taps/s`);
+  }
+  return running.map(({ setup, setupSeconds }, i) => ({ ...setup, check: checks[i]!, create: creates[i]!, sync: syncs[i]!, setup_seconds: round(setupSeconds, 1) }));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -380,10 +415,16 @@ async function main(): Promise<void> {
   const loadBefore = loadAverage();
   try {
     const report = await withTempDir("badgebench-bench-pg-", async (tmp) => {
-      const setups: SetupResult[] = [];
-      for (const [i, setup] of SETUPS.entries()) {
-        const url = setup.database === "postgres" ? await createDatabase(postgres, `${prefix}_${i}`) : undefined;
-        setups.push(await benchSetup(setup, path.join(tmp, `setup-${i}`), url, settings));
+      const running: Running[] = [];
+      let setups: SetupResult[];
+      try {
+        for (const [i, setup] of SETUPS.entries()) {
+          const url = setup.database === "postgres" ? await createDatabase(postgres, `${prefix}_${i}`) : undefined;
+          running.push(await startSetup(setup, path.join(tmp, `setup-${i}`), url));
+        }
+        setups = await benchSetups(running, settings);
+      } finally {
+        for (const { servers } of running) for (const server of servers) await stopServer(server.child);
       }
       log(`pagination: ${records} records on PostgreSQL`);
       const reads = await benchReads(path.join(tmp, "reads"), records, await createDatabase(postgres, `${prefix}_pages`));

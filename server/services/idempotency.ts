@@ -79,10 +79,12 @@ async function respond(trx: Transaction<Database>, operation: Operation): Promis
   }
 }
 
-/** A request of a grouped write: whose key, the key, what it asks, and what its `prefetch` read. */
+/** A request of a grouped write: whose key, the key and its fingerprint, what it asks, and what its `prefetch` read. */
 export interface KeyedRequest<I> {
   owner: KeyOwner;
   key: string;
+  /** the request's fingerprint, as its reservation holds it */
+  fingerprint: string;
   input: I;
   /** the grouped write's `prefetch` of this request, when it has one (PostgreSQL): undefined when its read failed; may reject */
   prefetched?: Promise<unknown>;
@@ -145,6 +147,7 @@ export function keyAnswer(request: KeyedRequest<unknown>, response: StoredRespon
     livemode: request.owner.livemode,
     apiKeyId: request.owner.apiKeyId,
     key: request.key,
+    fingerprint: request.fingerprint,
     statusCode: stored.status,
     responseBody: JSON.stringify(stored.body),
     withheld: stored.withheld.length > 0 ? JSON.stringify(stored.withheld) : null,
@@ -186,7 +189,7 @@ export class IdempotencyGate {
     const { prefetch } = write;
     // Only where `many` runs: elsewhere the request runs as its operation, which reads for itself.
     const read = prefetch && this.#writes.combinesKinds ? () => this.#writes.runCombinable(prefetch, input, { durable: false }) : undefined;
-    return this.#run(owner, key, fingerprint, (lockKey, prefetched) => this.#writes.runCombinable(write, { owner, key, input, prefetched }, { lockKey }), read);
+    return this.#run(owner, key, fingerprint, (lockKey, prefetched) => this.#writes.runCombinable(write, { owner, key, fingerprint, input, prefetched }, { lockKey }), read);
   }
 
   async #run(

@@ -7,7 +7,7 @@ import pg from "pg";
 
 interface AdminCatalog {
   pg_database: { datname: string };
-  pg_stat_activity: { datname: string; pid: number; state: string | null; application_name: string };
+  pg_stat_activity: { datname: string | null; pid: number; state: string | null; application_name: string };
 }
 
 export type AdminDb = Kysely<AdminCatalog>;
@@ -63,4 +63,18 @@ export async function busyConnections(db: AdminDb, name: string): Promise<number
     .where("pid", "<>", sql<number>`pg_backend_pid()`)
     .executeTakeFirstOrThrow();
   return Number(row.n);
+}
+
+/**
+ * The PostgreSQL server's processes working for database `name` now: the backends of its
+ * connections, and the server's own background processes (WAL writer, checkpointer, autovacuum
+ * launcher), whose CPU a benchmark counts as the database's; not the backends of other databases.
+ */
+export async function processesOf(db: AdminDb, name: string): Promise<number[]> {
+  const rows = await db
+    .selectFrom("pg_stat_activity")
+    .select("pid")
+    .where((eb) => eb.or([eb("datname", "=", name), eb("datname", "is", null)]))
+    .execute();
+  return rows.map((row) => row.pid);
 }

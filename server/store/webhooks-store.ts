@@ -175,23 +175,22 @@ export async function insertEvents(db: Db, rows: EventsTable[]): Promise<void> {
   );
 }
 
+// The delivery worker's reads of every tick (after every write, at most every 5 ms while the
+// server has time to spare) and its poll: compiled once, so on PostgreSQL they are prepared
+// statements, not parsed and planned on every tick (a fifth of a create's statements).
+const undispatched = compiledQuery((db: Db, limit: number) =>
+  db.selectFrom("events").select(["id", "livemode", "type", "created_at"]).where("dispatched_at", "is", null).orderBy("id").limit(limit),
+);
+
 /** Events no worker has fanned out yet, oldest first. */
 export async function undispatchedEvents(db: Db, limit: number) {
-  return db
-    .selectFrom("events")
-    .select(["id", "livemode", "type", "created_at"])
-    .where("dispatched_at", "is", null)
-    .orderBy("id")
-    .limit(limit)
-    .execute();
+  return (await undispatched(db, limit)).rows;
 }
 
+const enabled = compiledQuery((db: Db) => db.selectFrom("webhook_endpoints").select(["id", "livemode", "enabled_events", "enabled_at"]).where("status", "=", "enabled"));
+
 export async function enabledEndpoints(db: Db) {
-  return db
-    .selectFrom("webhook_endpoints")
-    .select(["id", "livemode", "enabled_events", "enabled_at"])
-    .where("status", "=", "enabled")
-    .execute();
+  return (await enabled(db)).rows;
 }
 
 export async function insertDeliveries(db: Db, rows: WebhookDeliveriesTable[]): Promise<void> {
@@ -258,14 +257,17 @@ export async function leaseDeliveries(db: Db, keys: { endpoint_id: string; event
 }
 
 /** The earliest time a pending delivery of an enabled endpoint falls due, if any. */
-export async function nextDueAt(db: Db): Promise<string | null> {
-  const row = await db
+const earliestDue = compiledQuery((db: Db) =>
+  db
     .selectFrom("webhook_deliveries as d")
     .innerJoin("webhook_endpoints as e", "e.id", "d.endpoint_id")
     .select((eb) => eb.fn.min("d.next_attempt_at").as("at"))
     .where("d.state", "=", sql.lit("pending"))
-    .where("e.status", "=", "enabled")
-    .executeTakeFirst();
+    .where("e.status", "=", "enabled"),
+);
+
+export async function nextDueAt(db: Db): Promise<string | null> {
+  const row = (await earliestDue(db)).rows[0];
   return (row?.at as string | null | undefined) ?? null;
 }
 

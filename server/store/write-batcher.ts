@@ -7,6 +7,7 @@
 import { CompiledQuery, type Kysely, type Transaction } from "kysely";
 import { noteCommitted } from "./change-feed.ts";
 import { isLockConflict, isPostgres } from "./dialect.ts";
+import { transaction } from "./pipelined-transaction.ts";
 import type { Database, Db } from "./schema.ts";
 
 type Work<T> = (trx: Transaction<Database>) => Promise<T>;
@@ -184,7 +185,7 @@ export class WriteBatcher {
     let outcomes: Outcome[];
     let group: Transaction<Database> | undefined;
     try {
-      outcomes = await this.#db.transaction().execute(async (trx) => {
+      outcomes = await transaction(this.#db, async (trx) => {
         group = trx;
         const out: Outcome[] = [];
         for (const item of batch) out.push(await settleInSavepoint(trx, () => item.work(trx)));

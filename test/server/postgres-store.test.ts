@@ -10,9 +10,9 @@ import { createApiKey, type Principal } from "../../server/services/api-keys.ts"
 import { groupedWrite, IdempotencyGate } from "../../server/services/idempotency.ts";
 import { completeIdempotencyKey } from "../../server/store/idempotency-store.ts";
 import { importSchool } from "../../server/services/school-import.ts";
-import { openStore, postgresQueriesSent } from "../../server/store/database.ts";
+import { openStore, postgresQueriesSent, postgresWritesSent } from "../../server/store/database.ts";
 import type { Database } from "../../server/store/schema.ts";
-import { WriteBatcher, type CombinableWrite } from "../../server/store/write-batcher.ts";
+import { together, WriteBatcher, type CombinableWrite } from "../../server/store/write-batcher.ts";
 import { baseEnv, killLeftoverServers, run, serve, tempDirs } from "./cli-process.ts";
 import { smallSchool } from "./harness.ts";
 import { createPostgresDatabase } from "./test-database.ts";
@@ -239,6 +239,19 @@ describe("two write batchers on one database, as in two instances", () => {
     expect(postgresQueriesSent() - before).toBe(5);
     const rows = await store.db.selectFrom("settings").select(["name", "value"]).where("name", "like", "p-%").orderBy("name").execute();
     expect(rows).toEqual([{ name: "p-1", value: "set" }, { name: "p-2", value: "" }, { name: "p-3", value: "set" }]);
+  });
+
+  it("sends the steps a write runs together in one round trip, each answered with its own rows", async () => {
+    const { store, writes, set } = await batcherOnSettings("t");
+    const before = { statements: postgresQueriesSent(), writes: postgresWritesSent() };
+    const read = (name: string) => (trx: Transaction<Database>) => trx.selectFrom("settings").select("value").where("name", "=", name).executeTakeFirstOrThrow();
+    const answers = await writes.run((trx) => together(set("t-1")(trx), read("t-1")(trx), read("t-2")(trx)));
+    // A step sees what the steps before it wrote: they run in the order they were made.
+    expect(answers.slice(1)).toEqual([{ value: "set" }, { value: "" }]);
+    // BEGIN, the savepoint and the three steps in one write; the release and COMMIT in the next
+    // (four when each step waited for the one before it).
+    expect({ statements: postgresQueriesSent() - before.statements, writes: postgresWritesSent() - before.writes }).toEqual({ statements: 4, writes: 2 });
+    expect(await store.db.selectFrom("settings").select("value").where("name", "=", "t-1").executeTakeFirstOrThrow()).toEqual({ value: "set" });
   });
 
   it("fails only the write that caught its own statement's failure, whose release went out with a neighbour's statement", async () => {
