@@ -1,11 +1,14 @@
-// A real HTTP(S) receiver on port 0 for webhook tests, and a second, independent
-// implementation of the SPEC 5 signature check written from the spec (never the server's code).
+// A real HTTP(S) receiver on port 0 for webhook tests, a second, independent implementation of
+// the SPEC 5 signature check written from the spec (never the server's code), and the end of a
+// rolled secret's grace period.
 import { createHmac } from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
 import https from "node:https";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
+import type { Kysely } from "kysely";
+import type { Database } from "../../server/store/schema.ts";
 import type { Resolver } from "../../server/webhooks/address-guard.ts";
 import { ROOT } from "./cli-process.ts";
 
@@ -123,4 +126,13 @@ export async function startReceiver(options: { https?: boolean; path?: string } 
   const { port } = server.address() as AddressInfo;
   receiver.url = `${options.https ? "https" : "http"}://${options.https ? "localhost" : "127.0.0.1"}:${port}${options.path ?? "/hooks"}`;
   return receiver;
+}
+
+/**
+ * Ends a rolled secret's grace period now, as the clock would at its end: the tests' grace periods
+ * are long, so that a delivery made during one is inside it however busy the machine is.
+ */
+export async function endGracePeriod(db: Kysely<Database>, endpointId: string): Promise<void> {
+  const ended = new Date(Date.now() - 1000).toISOString();
+  await db.updateTable("webhook_endpoints").set({ previous_secret_expires_at: ended }).where("id", "=", endpointId).execute();
 }
