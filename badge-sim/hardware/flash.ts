@@ -142,10 +142,9 @@ export class Flash {
    */
   writeSlot(name: SlotName, offset: number, data: Uint8Array, moment?: PowerMoment): number | undefined {
     this.#checkSlotAccess(name, offset, data.length);
-    let sharedPage: number | undefined;
-    this.#program(name, offset, data, moment, (length) => {
-      sharedPage = this.#slots[name].program(offset, data.subarray(0, length));
-    });
+    const length = this.#lengthWritten(name, data, moment);
+    const sharedPage = this.#slots[name].program(offset, length === data.length ? data : data.subarray(0, length));
+    this.#programmed(name, offset, data, length);
     return sharedPage;
   }
 
@@ -158,9 +157,9 @@ export class Flash {
 
   writeOtadataCopy(copy: number, entry: Uint8Array, moment?: PowerMoment): void {
     const offset = copy * OTADATA_ENTRY_BYTES;
-    this.#program("otadata", offset, entry, moment, (length) => {
-      for (let i = 0; i < length; i++) this.#otadata[offset + i]! &= entry[i]!;
-    });
+    const length = this.#lengthWritten("otadata", entry, moment);
+    for (let i = 0; i < length; i++) this.#otadata[offset + i]! &= entry[i]!;
+    this.#programmed("otadata", offset, entry, length);
   }
 
   /** NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next mount). */
@@ -191,16 +190,21 @@ export class Flash {
     }
   }
 
-  /** A write of `data` at `offset` that the power may cut short; `apply(length)` programs the bytes that made it. */
-  #program(region: FlashRegion, offset: number, data: Uint8Array, moment: PowerMoment | undefined, apply: (length: number) => void): void {
+  /**
+   * A write of `data` the power may cut short: how many of its bytes get programmed. The caller
+   * programs them, then calls #programmed.
+   */
+  #lengthWritten(region: FlashRegion, data: Uint8Array, moment: PowerMoment | undefined): number {
     this.#battery.requirePower(`writing ${region}`);
-    const dies = moment === undefined ? null : this.#battery.powerFailsWithin(moment);
-    const length = dies ?? data.length;
-    apply(length);
+    return (moment === undefined ? null : this.#battery.powerFailsWithin(moment)) ?? data.length;
+  }
+
+  /** The time and power of programming `length` bytes of `data` at `offset`; the power dies here when it did not last the whole write. */
+  #programmed(region: FlashRegion, offset: number, data: Uint8Array, length: number): void {
     this.#clock.advance((length / SECTOR_BYTES) * this.#timing.writePer4KiBMs);
     this.#battery.drain("perMiBWritten", length / MiB);
     this.#record(region, "write", offset, length);
-    if (dies !== null) this.#battery.cutPower(`writing ${region} at offset ${offset + dies}`);
+    if (length < data.length) this.#battery.cutPower(`writing ${region} at offset ${offset + length}`);
   }
 
   #record(region: FlashRegion, op: FlashOperation["op"], offset: number, length: number): void {

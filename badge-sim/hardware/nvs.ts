@@ -1,56 +1,81 @@
 // Non-volatile storage: string keys and values kept as bytes in the flash's NVS region, so what
 // is stored survives reboots and brownouts and nothing else does. Every read is of the bytes as
 // committed: the decoded entries are kept only while the flash has taken no commit since they
-// were decoded (a download commits its checkpoint 30 times, and each commit read the region
-// again), so no value can outlive the bytes it came from. Every change is one atomic commit.
-// Keys follow ESP-IDF's limit of 15 characters.
+// were decoded, so no value can outlive the bytes it came from. Every change is one atomic
+// commit of the whole region. Keys follow ESP-IDF's limit of 15 characters.
+//
+// The region is a JSON array of [key, value] pairs. A download commits its checkpoint twice
+// every 64 KiB, and writing the whole region out each time (the resume point's JSON escaped
+// again inside it, every value with it) was a tenth of a simulated update's model cost (issue
+// 25): each pair's text is kept from the commit that wrote it, so a commit writes out only the
+// pair it changes and joins the rest as they were.
 import type { Flash } from "./flash.ts";
 
 const MAX_KEY_LENGTH = 15;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** The committed entries and each one's text in the region. */
+interface Decoded {
+  /** the flash's `nvsCommits` when these were read or written */
+  commits: number;
+  entries: Map<string, string>;
+  pairs: Map<string, string>;
+}
 
 export class Nvs {
   #flash: Flash;
-  /** the entries decoded at the flash's `nvsCommits`-th commit */
-  #decoded: { commits: number; entries: Map<string, string> } | null = null;
+  #decoded: Decoded | null = null;
 
   constructor(flash: Flash) {
     this.#flash = flash;
   }
 
   get(key: string): string | undefined {
-    return this.#read().get(key);
+    return this.#read().entries.get(key);
   }
 
   set(key: string, value: string): void {
     if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters`);
-    const entries = this.#read();
-    entries.set(key, value);
-    this.#write(entries);
+    const pair = JSON.stringify([key, value]);
+    const decoded = this.#read();
+    const texts = [...decoded.pairs.entries()].map(([other, text]) => (other === key ? pair : text));
+    if (!decoded.pairs.has(key)) texts.push(pair);
+    this.#commit(texts);
+    decoded.entries.set(key, value);
+    decoded.pairs.set(key, pair);
   }
 
   delete(key: string): void {
-    const entries = this.#read();
-    if (entries.delete(key)) this.#write(entries);
-  }
-
-  entries(): Map<string, string> {
-    return this.#read();
+    const decoded = this.#read();
+    if (!decoded.entries.has(key)) return;
+    this.#commit([...decoded.pairs.entries()].filter(([other]) => other !== key).map(([, text]) => text));
+    decoded.entries.delete(key);
+    decoded.pairs.delete(key);
   }
 
   /** The entries as committed, as a map of the caller's own. */
-  #read(): Map<string, string> {
+  entries(): Map<string, string> {
+    return new Map(this.#read().entries);
+  }
+
+  #read(): Decoded {
     const commits = this.#flash.nvsCommits;
     if (this.#decoded?.commits !== commits) {
       const bytes = this.#flash.nvs;
-      const entries = bytes.length === 0 ? new Map<string, string>() : new Map(JSON.parse(new TextDecoder().decode(bytes)) as Array<[string, string]>);
-      this.#decoded = { commits, entries };
+      const list = bytes.length === 0 ? [] : (JSON.parse(decoder.decode(bytes)) as Array<[string, string]>);
+      this.#decoded = { commits, entries: new Map(list), pairs: new Map(list.map((pair) => [pair[0], JSON.stringify(pair)])) };
     }
-    return new Map(this.#decoded.entries);
+    return this.#decoded;
   }
 
-  #write(entries: Map<string, string>): void {
-    this.#flash.commitNvs(new TextEncoder().encode(JSON.stringify([...entries])));
-    // committed (a commit without power throws before it changes anything): these are the bytes now
-    this.#decoded = { commits: this.#flash.nvsCommits, entries };
+  /**
+   * Commits the region made of these pairs' texts. A commit without power throws before it
+   * changes anything; once it returns, the decoded entries (changed by the caller to match)
+   * are those of the bytes now committed.
+   */
+  #commit(texts: string[]): void {
+    this.#flash.commitNvs(encoder.encode(`[${texts.join(",")}]`));
+    this.#decoded!.commits = this.#flash.nvsCommits;
   }
 }

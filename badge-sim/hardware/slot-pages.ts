@@ -23,7 +23,8 @@ let nextSharedId = 1;
 
 /** The shared page at `index` holding exactly `bytes`, if any. */
 function sharedEqual(index: number, bytes: Uint8Array): Uint8Array | undefined {
-  return sharedPages.get(index)?.find((candidate) => Buffer.compare(candidate, bytes) === 0);
+  for (const candidate of sharedPages.get(index) ?? []) if (Buffer.compare(candidate, bytes) === 0) return candidate;
+  return undefined;
 }
 
 /** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
@@ -70,7 +71,7 @@ export class SlotPages {
       const take = Math.min(data.length - at, PAGE_BYTES - inPage);
       // A whole page programmed onto erased flash reads as the data itself: when another slot
       // holds that page already, take it without making a private copy first (a download's case).
-      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, data.subarray(at, at + take)) : undefined;
+      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, take === data.length ? data : data.subarray(at, at + take)) : undefined;
       if (shared) {
         this.#pages[index] = shared;
         at += take;

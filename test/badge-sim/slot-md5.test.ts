@@ -69,4 +69,25 @@ describe("the download's MD5 over slot pages", () => {
     expect(await downloadHashed(b)).toEqual(await hashedFromScratch(b));
     expect(await downloadHashed(a)).toEqual(await hashedFromScratch(a));
   });
+
+  it("keeps two downloads hashed at once apart (one hasher serves both, each loads its own state)", async () => {
+    const image = buildAppImage({ version: "7.4.0", size: IMAGE_BYTES });
+    const tampered = image.slice();
+    tampered[3 * SECTOR_BYTES + 1]! ^= 0x01;
+    const flashes = [image, tampered].map(() => new Flash({ clock: new VirtualClock(), battery: new Battery({ volts: 4.0, charging: true }) }));
+    const hashes = [await SlotMd5.create(), await SlotMd5.create()];
+    const checkpoint = 8 * SECTOR_BYTES;
+    hashes[0]!.init();
+    hashes[1]!.load((await hashedFromScratch(tampered)).states[7]!);
+    flashes.forEach((flash) => flash.eraseSlot("ota_1", image.length));
+    for (let offset = 0; offset < image.length; offset += SECTOR_BYTES) {
+      const first = image.subarray(offset, offset + SECTOR_BYTES);
+      hashes[0]!.update(first, flashes[0]!.writeSlot("ota_1", offset, first));
+      if (offset < checkpoint) continue;
+      const second = tampered.subarray(offset, offset + SECTOR_BYTES);
+      hashes[1]!.update(second, flashes[1]!.writeSlot("ota_1", offset, second));
+    }
+    expect(hashes[0]!.digest()).toBe((await hashedFromScratch(image)).digest);
+    expect(hashes[1]!.digest()).toBe((await hashedFromScratch(tampered)).digest);
+  });
 });
