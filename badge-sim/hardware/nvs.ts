@@ -39,7 +39,8 @@ export class Nvs {
     if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters`);
     const pair = JSON.stringify([key, value]);
     const decoded = this.#read();
-    const texts = [...decoded.pairs.entries()].map(([other, text]) => (other === key ? pair : text));
+    const texts: string[] = [];
+    decoded.pairs.forEach((text, other) => texts.push(other === key ? pair : text));
     if (!decoded.pairs.has(key)) texts.push(pair);
     this.#commit(texts);
     decoded.entries.set(key, value);
@@ -49,7 +50,11 @@ export class Nvs {
   delete(key: string): void {
     const decoded = this.#read();
     if (!decoded.entries.has(key)) return;
-    this.#commit([...decoded.pairs.entries()].filter(([other]) => other !== key).map(([, text]) => text));
+    const texts: string[] = [];
+    decoded.pairs.forEach((text, other) => {
+      if (other !== key) texts.push(text);
+    });
+    this.#commit(texts);
     decoded.entries.delete(key);
     decoded.pairs.delete(key);
   }

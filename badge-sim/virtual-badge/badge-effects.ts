@@ -284,10 +284,14 @@ export class BadgeEffects {
     /** when the last byte came (simulated ms): a stall is the stall timeout of silence after it */
     let lastByteAt = this.badge.clock.now();
 
+    /** what each write is, as the battery is asked about it (one object for the download's 480 writes) */
+    const moment = { activity: "download.write" as const, offset: 0, length: 0, total: offer.size };
     /** One esp_ota_write of a buffer's worth (`bytes`: the buffer, or a full buffer's worth of the chunk as it came). */
     const writeBuffer = (bytes: Uint8Array) => {
       this.badge.radio.receive(bytes.length);
-      const sharedPage = flash.writeSlot(slot, written, bytes, { activity: "download.write", offset: written, length: bytes.length, total: offer.size });
+      moment.offset = written;
+      moment.length = bytes.length;
+      const sharedPage = flash.writeSlot(slot, written, bytes, moment);
       md5.update(bytes, sharedPage);
       written += bytes.length;
       buffered = 0;
