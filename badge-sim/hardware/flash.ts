@@ -1,6 +1,6 @@
 // The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each, as
 // copy-on-write pages that share what other badges of this thread hold too: slot-pages.ts), the otadata partition (hardware/otadata.ts) and the NVS region
-// (hardware/nvs.ts). It behaves like NOR flash where that matters to an update: erase sets
+// (hardware/nvs.ts; held as the text its last commit wrote, which no write changes in place). It behaves like NOR flash where that matters to an update: erase sets
 // bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
 // partial, and the slot the chip runs from cannot be erased or written (esp_ota_begin refuses
 // it with ESP_ERR_OTA_PARTITION_CONFLICT). Every erase and write the badge makes is logged with
@@ -51,7 +51,7 @@ export class Flash {
   #battery: Battery;
   #slots: Record<SlotName, SlotPages> = { ota_0: new SlotPages(), ota_1: new SlotPages() };
   #otadata = new Uint8Array(OTADATA_COPIES * OTADATA_ENTRY_BYTES).fill(0xff);
-  #nvs = new Uint8Array(0);
+  #nvs = "";
   #nvsCommits = 0;
   #running: SlotName | null = null;
   #listeners = new Set<(operation: FlashOperation) => void>();
@@ -103,8 +103,9 @@ export class Flash {
     return this.#otadata.slice();
   }
 
-  get nvs(): Uint8Array {
-    return this.#nvs.slice();
+  /** The NVS region as its last commit wrote it ("" before the first). */
+  get nvs(): string {
+    return this.#nvs;
   }
 
   /** How many NVS commits the flash has taken: while it is the same, so are the NVS bytes. */
@@ -163,12 +164,12 @@ export class Flash {
   }
 
   /** NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next mount). */
-  commitNvs(bytes: Uint8Array): void {
+  commitNvs(text: string): void {
     this.#battery.requirePower("writing NVS");
-    this.#nvs = bytes.slice();
+    this.#nvs = text;
     this.#nvsCommits += 1;
     this.#clock.advance(this.#timing.nvsCommitMs);
-    this.#record("nvs", "write", 0, bytes.length);
+    this.#record("nvs", "write", 0, Buffer.byteLength(text));
   }
 
   /**

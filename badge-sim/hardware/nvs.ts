@@ -1,7 +1,7 @@
-// Non-volatile storage: string keys and values kept as bytes in the flash's NVS region, so what
-// is stored survives reboots and brownouts and nothing else does. Every read is of the bytes as
+// Non-volatile storage: string keys and values kept in the flash's NVS region, so what is
+// stored survives reboots and brownouts and nothing else does. Every read is of the region as
 // committed: the decoded entries are kept only while the flash has taken no commit since they
-// were decoded, so no value can outlive the bytes it came from. Every change is one atomic
+// were decoded, so no value can outlive the commit it came from. Every change is one atomic
 // commit of the whole region. Keys follow ESP-IDF's limit of 15 characters.
 //
 // The region is a JSON array of [key, value] pairs. A download commits its checkpoint twice
@@ -12,8 +12,6 @@
 import type { Flash } from "./flash.ts";
 
 const MAX_KEY_LENGTH = 15;
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
 /** The committed entries and each one's text in the region. */
 interface Decoded {
@@ -67,8 +65,8 @@ export class Nvs {
   #read(): Decoded {
     const commits = this.#flash.nvsCommits;
     if (this.#decoded?.commits !== commits) {
-      const bytes = this.#flash.nvs;
-      const list = bytes.length === 0 ? [] : (JSON.parse(decoder.decode(bytes)) as Array<[string, string]>);
+      const text = this.#flash.nvs;
+      const list = text === "" ? [] : (JSON.parse(text) as Array<[string, string]>);
       this.#decoded = { commits, entries: new Map(list), pairs: new Map(list.map((pair) => [pair[0], JSON.stringify(pair)])) };
     }
     return this.#decoded;
@@ -80,7 +78,7 @@ export class Nvs {
    * are those of the bytes now committed.
    */
   #commit(texts: string[]): void {
-    this.#flash.commitNvs(encoder.encode(`[${texts.join(",")}]`));
+    this.#flash.commitNvs(`[${texts.join(",")}]`);
     this.#decoded!.commits = this.#flash.nvsCommits;
   }
 }

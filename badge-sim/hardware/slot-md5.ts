@@ -23,6 +23,8 @@ interface Reached {
   steps: Map<number, Reached> | null;
   /** the digest of the bytes hashed up to here, once asked */
   digest?: string;
+  /** `state` in base64, once asked */
+  base64?: string;
 }
 
 /** Steps remembered; forgotten all at once beyond this many (about 40 full slots of pages). */
@@ -82,6 +84,12 @@ export class SlotMd5 {
   /** The state, for a checkpoint in NVS. */
   save(): Uint8Array {
     return this.#at.state.slice();
+  }
+
+  /** The state in base64, as a checkpoint records it in NVS (written out once for a state every badge on the path reaches). */
+  saveBase64(): string {
+    const { state } = this.#at;
+    return (this.#at.base64 ??= Buffer.from(state.buffer, state.byteOffset, state.byteLength).toString("base64"));
   }
 
   /** A checkpoint's state: hashing goes on from there. */

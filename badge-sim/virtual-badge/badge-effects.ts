@@ -297,8 +297,7 @@ export class BadgeEffects {
       buffered = 0;
       if (written % CHECKPOINT_BYTES === 0) {
         storage.saveInstall({ ...record, bytes: written });
-        const md5State = Buffer.from(md5.save()).toString("base64");
-        storage.saveResumePoint({ version: offer.version, size: offer.size, md5: offer.md5, bytes: written, md5State });
+        storage.saveResumePoint({ version: offer.version, size: offer.size, md5: offer.md5, bytes: written, md5State: md5.saveBase64() });
       }
       const now = Math.floor((written * 100) / offer.size);
       if (now !== percent) {
