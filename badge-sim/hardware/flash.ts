@@ -1,6 +1,6 @@
 // The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each, as
 // copy-on-write pages that share what other badges of this thread hold too: slot-pages.ts), the otadata partition (hardware/otadata.ts) and the NVS region
-// (hardware/nvs.ts; held as the text its last commit wrote, which no write changes in place). It behaves like NOR flash where that matters to an update: erase sets
+// (hardware/nvs.ts; held as the entries its last commit wrote, each entry's text as written). It behaves like NOR flash where that matters to an update: erase sets
 // bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
 // partial, and the slot the chip runs from cannot be erased or written (esp_ota_begin refuses
 // it with ESP_ERR_OTA_PARTITION_CONFLICT). Every erase and write the badge makes is logged with
@@ -51,10 +51,11 @@ export class Flash {
   #battery: Battery;
   #slots: Record<SlotName, SlotPages> = { ota_0: new SlotPages(), ota_1: new SlotPages() };
   #otadata = new Uint8Array(OTADATA_COPIES * OTADATA_ENTRY_BYTES).fill(0xff);
-  #nvs = "";
+  #nvs: readonly string[] = [];
   #nvsCommits = 0;
   #running: SlotName | null = null;
-  #listeners = new Set<(operation: FlashOperation) => void>();
+  /** replaced, never changed, as listeners come and go: an operation is heard by those there when it happened (as EventEmitter does) */
+  #listeners: ReadonlyArray<(operation: FlashOperation) => void> = [];
 
   constructor(deps: { clock: VirtualClock; battery: Battery; timing?: Partial<FlashTiming> }) {
     this.#clock = deps.clock;
@@ -63,8 +64,10 @@ export class Flash {
   }
 
   onOperation(listener: (operation: FlashOperation) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    this.#listeners = [...this.#listeners, listener];
+    return () => {
+      this.#listeners = this.#listeners.filter((other) => other !== listener);
+    };
   }
 
   /** A copy of the slot's bytes, all OTA_SLOT_BYTES of them (reading it takes no simulated time). */
@@ -103,8 +106,8 @@ export class Flash {
     return this.#otadata.slice();
   }
 
-  /** The NVS region as its last commit wrote it ("" before the first). */
-  get nvs(): string {
+  /** The NVS region as its last commit wrote it: each entry's text (none before the first commit). */
+  get nvs(): readonly string[] {
     return this.#nvs;
   }
 
@@ -163,13 +166,17 @@ export class Flash {
     this.#programmed("otadata", offset, entry, length);
   }
 
-  /** NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next mount). */
-  commitNvs(text: string): void {
+  /**
+   * NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next
+   * mount): these entries' texts, which the flash keeps as given (strings do not change in place;
+   * the caller hands over an array it no longer changes).
+   */
+  commitNvs(entries: readonly string[]): void {
     this.#battery.requirePower("writing NVS");
-    this.#nvs = text;
+    this.#nvs = entries;
     this.#nvsCommits += 1;
     this.#clock.advance(this.#timing.nvsCommitMs);
-    this.#record("nvs", "write", 0, Buffer.byteLength(text));
+    this.#record("nvs", "write", 0, entries.reduce((bytes, entry) => bytes + Buffer.byteLength(entry), 0));
   }
 
   /**
@@ -211,6 +218,8 @@ export class Flash {
   #record(region: FlashRegion, op: FlashOperation["op"], offset: number, length: number): void {
     const operation = { t: this.#clock.now(), region, op, offset, length };
     this.log.push(operation);
-    for (const listener of this.#listeners) listener(operation);
+    // indexed: a for-of made an iterator result per listener for each of a download's 480 writes
+    const listeners = this.#listeners;
+    for (let i = 0; i < listeners.length; i++) listeners[i]!(operation);
   }
 }

@@ -4,16 +4,16 @@
 // were decoded, so no value can outlive the commit it came from. Every change is one atomic
 // commit of the whole region. Keys follow ESP-IDF's limit of 15 characters.
 //
-// The region is a JSON array of [key, value] pairs. A download commits its checkpoint twice
-// every 64 KiB, and writing the whole region out each time (the resume point's JSON escaped
-// again inside it, every value with it) was a tenth of a simulated update's model cost (issue
-// 25): each pair's text is kept from the commit that wrote it, so a commit writes out only the
-// pair it changes and joins the rest as they were.
+// Each entry is a JSON [key, value] pair. A download commits its checkpoint twice every 64 KiB,
+// and writing the whole region out again each time (the resume point's JSON escaped again inside
+// it, every other value with it) was a tenth of a simulated update's model cost (issue 25): an
+// entry's text is kept from the commit that wrote it, so a commit writes out only the entry it
+// changes and hands the flash the others as they were.
 import type { Flash } from "./flash.ts";
 
 const MAX_KEY_LENGTH = 15;
 
-/** The committed entries and each one's text in the region. */
+/** The committed entries and each one's text in the region, by key. */
 interface Decoded {
   /** the flash's `nvsCommits` when these were read or written */
   commits: number;
@@ -65,20 +65,20 @@ export class Nvs {
   #read(): Decoded {
     const commits = this.#flash.nvsCommits;
     if (this.#decoded?.commits !== commits) {
-      const text = this.#flash.nvs;
-      const list = text === "" ? [] : (JSON.parse(text) as Array<[string, string]>);
-      this.#decoded = { commits, entries: new Map(list), pairs: new Map(list.map((pair) => [pair[0], JSON.stringify(pair)])) };
+      const texts = this.#flash.nvs;
+      const list = texts.map((text) => JSON.parse(text) as [string, string]);
+      this.#decoded = { commits, entries: new Map(list), pairs: new Map(list.map((pair, i) => [pair[0], texts[i]!])) };
     }
     return this.#decoded;
   }
 
   /**
-   * Commits the region made of these pairs' texts. A commit without power throws before it
-   * changes anything; once it returns, the decoded entries (changed by the caller to match)
-   * are those of the bytes now committed.
+   * Commits the region made of these entries. A commit without power throws before it changes
+   * anything; once it returns, the decoded entries (changed by the caller to match) are those
+   * of the region now committed.
    */
   #commit(texts: string[]): void {
-    this.#flash.commitNvs(`[${texts.join(",")}]`);
+    this.#flash.commitNvs(texts);
     this.#decoded!.commits = this.#flash.nvsCommits;
   }
 }

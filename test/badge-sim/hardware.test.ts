@@ -42,6 +42,24 @@ describe("VirtualClock", () => {
     expect(clock.now()).toBe(510);
   });
 
+  it("knows the earliest timer as timers come and go: a cleared first one, one set earlier later, ties in the order set", () => {
+    const clock = new VirtualClock();
+    const fired: string[] = [];
+    const first = clock.setTimeout(() => fired.push("first"), 100);
+    clock.setTimeout(() => fired.push("tie 1"), 300);
+    clock.setTimeout(() => fired.push("tie 2"), 300);
+    expect(clock.nextDueAt()).toBe(100);
+    clock.clearTimeout(first);
+    expect(clock.nextDueAt()).toBe(300);
+    clock.setTimeout(() => fired.push("earlier"), 200);
+    expect(clock.nextDueAt()).toBe(200);
+    clock.advance(250);
+    clock.setTimeout(() => fired.push("tie 3"), 50);
+    clock.advance(100);
+    expect(fired).toEqual(["earlier", "tie 1", "tie 2", "tie 3"]);
+    expect(clock.nextDueAt()).toBeUndefined();
+  });
+
   it("runUntilIdle gives up on timers that never stop", () => {
     const clock = new VirtualClock();
     const again = () => clock.setTimeout(again, 1000);
