@@ -23,6 +23,13 @@ export const DOWNLOAD_BUFFER_BYTES = 4096;
 
 export type BootCause = "power-on" | "restart" | "wake" | "brownout";
 
+/**
+ * Why a download's signal aborts: the machine left `downloading` (its work is over, or it is cut
+ * off). Made once: abort() without a reason makes a DOMException, stack and all, at the end of
+ * every download, finished ones included.
+ */
+const DOWNLOAD_LEFT = new Error("the machine left online.downloading");
+
 /** One boot's worth of machine: when the power dies it is dead, and its effects do nothing. */
 export interface Run {
   actor: Actor<typeof badgeMachine>;
@@ -119,7 +126,7 @@ export class BadgeEffects {
             effects.badge.fail(error);
           });
           return () => {
-            controller.abort();
+            controller.abort(DOWNLOAD_LEFT);
             effects.downloadedBytes = null;
           };
         }),
