@@ -4,14 +4,16 @@
 // were decoded, so no value can outlive the commit it came from. Every change is one atomic
 // commit of the whole region. Keys follow ESP-IDF's limit of 15 characters.
 //
-// Each entry is a JSON [key, value] pair. A download commits its checkpoint twice every 64 KiB,
-// and writing the whole region out again each time (the resume point's JSON escaped again inside
-// it, every other value with it) was a tenth of a simulated update's model cost (issue 25): an
-// entry's text is kept from the commit that wrote it, so a commit writes out only the entry it
-// changes and hands the flash the others as they were.
+// Each entry is its key, a NUL, and its value, as an ESP-IDF NVS entry holds a NUL-terminated key
+// before its data. A download commits its checkpoint twice every 64 KiB, and writing the whole
+// region out again each time (every value escaped again as JSON) was a tenth of a simulated
+// update's model cost (issue 25): an entry's text is kept from the commit that wrote it, so a
+// commit writes out only the entry it changes and hands the flash the others as they were.
 import type { Flash } from "./flash.ts";
 
 const MAX_KEY_LENGTH = 15;
+/** Ends an entry's key; a value may hold anything after it. */
+const KEY_END = "\0";
 
 /** The committed entries and each one's text in the region, by key. */
 interface Decoded {
@@ -34,8 +36,10 @@ export class Nvs {
   }
 
   set(key: string, value: string): void {
-    if (key.length === 0 || key.length > MAX_KEY_LENGTH) throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters`);
-    const pair = JSON.stringify([key, value]);
+    if (key.length === 0 || key.length > MAX_KEY_LENGTH || key.includes(KEY_END)) {
+      throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters, none of them NUL`);
+    }
+    const pair = `${key}${KEY_END}${value}`;
     const decoded = this.#read();
     const texts: string[] = [];
     decoded.pairs.forEach((text, other) => texts.push(other === key ? pair : text));
@@ -66,7 +70,7 @@ export class Nvs {
     const commits = this.#flash.nvsCommits;
     if (this.#decoded?.commits !== commits) {
       const texts = this.#flash.nvs;
-      const list = texts.map((text) => JSON.parse(text) as [string, string]);
+      const list = texts.map((text): [string, string] => [text.slice(0, text.indexOf(KEY_END)), text.slice(text.indexOf(KEY_END) + 1)]);
       this.#decoded = { commits, entries: new Map(list), pairs: new Map(list.map((pair, i) => [pair[0], texts[i]!])) };
     }
     return this.#decoded;

@@ -153,7 +153,7 @@ describe("otadata", () => {
 });
 
 describe("NVS", () => {
-  it("keeps its keys in flash bytes, so a new reader (the next boot) sees them", () => {
+  it("keeps its keys in flash, so a new reader (the next boot) sees them", () => {
     const { flash } = hardware();
     new Nvs(flash).set("ota.report", "ok|1.5.0");
     const afterReboot = new Nvs(flash);
@@ -161,6 +161,18 @@ describe("NVS", () => {
     afterReboot.delete("ota.report");
     expect(new Nvs(flash).entries()).toEqual(new Map());
     expect(() => afterReboot.set("a-key-of-16-char", "x")).toThrow(/1 to 15 characters/);
+  });
+
+  it("gives back any value as it was set after a reboot, each entry changed alone, and refuses a key holding a NUL without changing anything", () => {
+    const { flash } = hardware();
+    const nvs = new Nvs(flash);
+    const values = { json: JSON.stringify({ md5: "a\"b", bytes: 65536 }), nul: "before\0after\0", lines: "one\ntwo|three", accents: "Mise à jour ✓" };
+    for (const [key, value] of Object.entries(values)) nvs.set(key, value);
+    nvs.set("json", `${values.json} `);
+    const commits = flash.nvsCommits;
+    expect(() => nvs.set("bad\0key", "x")).toThrow(/none of them NUL/);
+    expect(flash.nvsCommits).toBe(commits);
+    expect(new Nvs(flash).entries()).toEqual(new Map(Object.entries({ ...values, json: `${values.json} ` })));
   });
 });
 
