@@ -1,7 +1,7 @@
 // The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each, as
 // copy-on-write pages that share what other badges of this thread hold too: slot-pages.ts), the otadata partition (hardware/otadata.ts) and the NVS region
-// (hardware/nvs.ts; held as the entries its last commit wrote, each entry's text as written). It behaves like NOR flash where that matters to an update: erase sets
-// bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
+// (hardware/nvs.ts; held as the entries its last commit wrote, each entry's text as written).
+// It behaves like NOR flash where that matters to an update: erase sets bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
 // partial, and the slot the chip runs from cannot be erased or written (esp_ota_begin refuses
 // it with ESP_ERR_OTA_PARTITION_CONFLICT). Every erase and write the badge makes is logged with
 // its simulated time, so "the running slot was never written" is a question the log answers. Operations take
@@ -111,7 +111,7 @@ export class Flash {
     return this.#nvs;
   }
 
-  /** How many NVS commits the flash has taken: while it is the same, so are the NVS bytes. */
+  /** How many NVS commits the flash has taken: while it is the same, so is the NVS region. */
   get nvsCommits(): number {
     return this.#nvsCommits;
   }

@@ -20,7 +20,8 @@ interface Decoded {
   /** the flash's `nvsCommits` when these were read or written */
   commits: number;
   entries: Map<string, string>;
-  pairs: Map<string, string>;
+  /** each entry's text in the region */
+  texts: Map<string, string>;
 }
 
 export class Nvs {
@@ -39,26 +40,26 @@ export class Nvs {
     if (key.length === 0 || key.length > MAX_KEY_LENGTH || key.includes(KEY_END)) {
       throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters, none of them NUL`);
     }
-    const pair = `${key}${KEY_END}${value}`;
+    const entry = `${key}${KEY_END}${value}`;
     const decoded = this.#read();
     const texts: string[] = [];
-    decoded.pairs.forEach((text, other) => texts.push(other === key ? pair : text));
-    if (!decoded.pairs.has(key)) texts.push(pair);
+    decoded.texts.forEach((text, other) => texts.push(other === key ? entry : text));
+    if (!decoded.texts.has(key)) texts.push(entry);
     this.#commit(texts);
     decoded.entries.set(key, value);
-    decoded.pairs.set(key, pair);
+    decoded.texts.set(key, entry);
   }
 
   delete(key: string): void {
     const decoded = this.#read();
     if (!decoded.entries.has(key)) return;
     const texts: string[] = [];
-    decoded.pairs.forEach((text, other) => {
+    decoded.texts.forEach((text, other) => {
       if (other !== key) texts.push(text);
     });
     this.#commit(texts);
     decoded.entries.delete(key);
-    decoded.pairs.delete(key);
+    decoded.texts.delete(key);
   }
 
   /** The entries as committed, as a map of the caller's own. */
@@ -71,7 +72,7 @@ export class Nvs {
     if (this.#decoded?.commits !== commits) {
       const texts = this.#flash.nvs;
       const list = texts.map((text): [string, string] => [text.slice(0, text.indexOf(KEY_END)), text.slice(text.indexOf(KEY_END) + 1)]);
-      this.#decoded = { commits, entries: new Map(list), pairs: new Map(list.map((pair, i) => [pair[0], texts[i]!])) };
+      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])) };
     }
     return this.#decoded;
   }
