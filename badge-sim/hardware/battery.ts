@@ -139,8 +139,8 @@ export class Battery {
    * the caller does that much and then calls cutPower().
    */
   powerFailsWithin(moment: PowerMoment): number | null {
-    for (const [index, point] of this.#armed.entries()) {
-      const done = bytesBeforeFailure(point, moment);
+    for (let index = 0; index < this.#armed.length; index++) {
+      const done = bytesBeforeFailure(this.#armed[index]!, moment);
       if (done === null) continue;
       this.#armed.splice(index, 1);
       return done;

@@ -1,7 +1,7 @@
 // The badge's SPI flash as real bytes: two OTA app slots (ota_0, ota_1, OTA_SLOT_BYTES each, as
 // copy-on-write pages that share what other badges of this thread hold too: slot-pages.ts), the otadata partition (hardware/otadata.ts) and the NVS region
-// (hardware/nvs.ts). It behaves like NOR flash where that matters to an update: erase sets
-// bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
+// (hardware/nvs.ts; held as the entries its last commit wrote, each entry's text as written).
+// It behaves like NOR flash where that matters to an update: erase sets bytes to 0xFF in 4 KiB sectors, a write can only clear bits, a write the power dies in is
 // partial, and the slot the chip runs from cannot be erased or written (esp_ota_begin refuses
 // it with ESP_ERR_OTA_PARTITION_CONFLICT). Every erase and write the badge makes is logged with
 // its simulated time, so "the running slot was never written" is a question the log answers. Operations take
@@ -51,10 +51,11 @@ export class Flash {
   #battery: Battery;
   #slots: Record<SlotName, SlotPages> = { ota_0: new SlotPages(), ota_1: new SlotPages() };
   #otadata = new Uint8Array(OTADATA_COPIES * OTADATA_ENTRY_BYTES).fill(0xff);
-  #nvs = new Uint8Array(0);
+  #nvs: readonly string[] = [];
   #nvsCommits = 0;
   #running: SlotName | null = null;
-  #listeners = new Set<(operation: FlashOperation) => void>();
+  /** replaced, never changed, as listeners come and go: an operation is heard by those there when it happened (as EventEmitter does) */
+  #listeners: ReadonlyArray<(operation: FlashOperation) => void> = [];
 
   constructor(deps: { clock: VirtualClock; battery: Battery; timing?: Partial<FlashTiming> }) {
     this.#clock = deps.clock;
@@ -63,8 +64,10 @@ export class Flash {
   }
 
   onOperation(listener: (operation: FlashOperation) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    this.#listeners = [...this.#listeners, listener];
+    return () => {
+      this.#listeners = this.#listeners.filter((other) => other !== listener);
+    };
   }
 
   /** A copy of the slot's bytes, all OTA_SLOT_BYTES of them (reading it takes no simulated time). */
@@ -103,11 +106,12 @@ export class Flash {
     return this.#otadata.slice();
   }
 
-  get nvs(): Uint8Array {
-    return this.#nvs.slice();
+  /** The NVS region as its last commit wrote it: each entry's text (none before the first commit). */
+  get nvs(): readonly string[] {
+    return this.#nvs;
   }
 
-  /** How many NVS commits the flash has taken: while it is the same, so are the NVS bytes. */
+  /** How many NVS commits the flash has taken: while it is the same, so is the NVS region. */
   get nvsCommits(): number {
     return this.#nvsCommits;
   }
@@ -142,10 +146,9 @@ export class Flash {
    */
   writeSlot(name: SlotName, offset: number, data: Uint8Array, moment?: PowerMoment): number | undefined {
     this.#checkSlotAccess(name, offset, data.length);
-    let sharedPage: number | undefined;
-    this.#program(name, offset, data, moment, (length) => {
-      sharedPage = this.#slots[name].program(offset, data.subarray(0, length));
-    });
+    const length = this.#lengthWritten(name, data, moment);
+    const sharedPage = this.#slots[name].program(offset, length === data.length ? data : data.subarray(0, length));
+    this.#programmed(name, offset, data, length);
     return sharedPage;
   }
 
@@ -158,18 +161,22 @@ export class Flash {
 
   writeOtadataCopy(copy: number, entry: Uint8Array, moment?: PowerMoment): void {
     const offset = copy * OTADATA_ENTRY_BYTES;
-    this.#program("otadata", offset, entry, moment, (length) => {
-      for (let i = 0; i < length; i++) this.#otadata[offset + i]! &= entry[i]!;
-    });
+    const length = this.#lengthWritten("otadata", entry, moment);
+    for (let i = 0; i < length; i++) this.#otadata[offset + i]! &= entry[i]!;
+    this.#programmed("otadata", offset, entry, length);
   }
 
-  /** NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next mount). */
-  commitNvs(bytes: Uint8Array): void {
+  /**
+   * NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next
+   * mount): these entries' texts, which the flash keeps as given (strings do not change in place;
+   * the caller hands over an array it no longer changes).
+   */
+  commitNvs(entries: readonly string[]): void {
     this.#battery.requirePower("writing NVS");
-    this.#nvs = bytes.slice();
+    this.#nvs = entries;
     this.#nvsCommits += 1;
     this.#clock.advance(this.#timing.nvsCommitMs);
-    this.#record("nvs", "write", 0, bytes.length);
+    this.#record("nvs", "write", 0, entries.reduce((bytes, entry) => bytes + Buffer.byteLength(entry), 0));
   }
 
   /**
@@ -191,21 +198,28 @@ export class Flash {
     }
   }
 
-  /** A write of `data` at `offset` that the power may cut short; `apply(length)` programs the bytes that made it. */
-  #program(region: FlashRegion, offset: number, data: Uint8Array, moment: PowerMoment | undefined, apply: (length: number) => void): void {
+  /**
+   * A write of `data` the power may cut short: how many of its bytes get programmed. The caller
+   * programs them, then calls #programmed.
+   */
+  #lengthWritten(region: FlashRegion, data: Uint8Array, moment: PowerMoment | undefined): number {
     this.#battery.requirePower(`writing ${region}`);
-    const dies = moment === undefined ? null : this.#battery.powerFailsWithin(moment);
-    const length = dies ?? data.length;
-    apply(length);
+    return (moment === undefined ? null : this.#battery.powerFailsWithin(moment)) ?? data.length;
+  }
+
+  /** The time and power of programming `length` bytes of `data` at `offset`; the power dies here when it did not last the whole write. */
+  #programmed(region: FlashRegion, offset: number, data: Uint8Array, length: number): void {
     this.#clock.advance((length / SECTOR_BYTES) * this.#timing.writePer4KiBMs);
     this.#battery.drain("perMiBWritten", length / MiB);
     this.#record(region, "write", offset, length);
-    if (dies !== null) this.#battery.cutPower(`writing ${region} at offset ${offset + dies}`);
+    if (length < data.length) this.#battery.cutPower(`writing ${region} at offset ${offset + length}`);
   }
 
   #record(region: FlashRegion, op: FlashOperation["op"], offset: number, length: number): void {
     const operation = { t: this.#clock.now(), region, op, offset, length };
     this.log.push(operation);
-    for (const listener of this.#listeners) listener(operation);
+    // indexed: a for-of made an iterator result per listener for each of a download's 480 writes
+    const listeners = this.#listeners;
+    for (let i = 0; i < listeners.length; i++) listeners[i]!(operation);
   }
 }

@@ -9,86 +9,117 @@
 // reached before to the state that page gave then, without hashing it again. It is the same state byte for byte: MD5's state after some
 // bytes depends on its state before them and the bytes, nothing else. A buffer that is no shared
 // page (a private page, a short last buffer) or a resume's loaded state is hashed as it comes.
+//
+// One hash-wasm hasher serves every SlotMd5 of the thread, loaded with the state it works on
+// before each use: instantiating one per download was a tenth of a millisecond of every update,
+// and a download hashes only between two of its awaits, never across one.
 import { createMD5, type IHasher } from "hash-wasm";
 
-/** A state the hash reached: `id` names it in the steps remembered from it. */
+/** A state the hash reached. */
 interface Reached {
-  id: number;
   /** hash-wasm's `save()` of the state */
   state: Uint8Array;
+  /** the states remembered from here, by the shared page hashed next; none for a state off the remembered paths */
+  steps: Map<number, Reached> | null;
+  /** the digest of the bytes hashed up to here, once asked */
+  digest?: string;
+  /** `state` in base64, once asked */
+  base64?: string;
 }
 
-/** Steps remembered, by `<state id>:<shared page id>`; forgotten all at once beyond this many (about 40 full slots of pages). */
+/** Steps remembered; forgotten all at once beyond this many (about 40 full slots of pages). */
 const MAX_STEPS = 20_000;
-const steps = new Map<string, Reached>();
-let nextId = 1;
+let stepsRemembered = 0;
 /** The state of no bytes hashed: where every remembered path starts. */
 let initial: Reached | null = null;
 
+let sharedHasher: Promise<IHasher> | null = null;
+/** the state the shared hasher holds now, if it is one of these objects (loading it again is then skipped) */
+let hasherHolds: Reached | null = null;
+
 export class SlotMd5 {
   readonly #hasher: IHasher;
-  /** the state reached while every buffer so far was a remembered step; null once the hasher alone holds it */
-  #reached: Reached | null = null;
-  /** the remembered state the hasher holds now (it is loaded only when a step must be hashed) */
-  #hasherAt: Reached | null = null;
+  #at: Reached;
 
-  private constructor(hasher: IHasher) {
+  private constructor(hasher: IHasher, at: Reached) {
     this.#hasher = hasher;
+    this.#at = at;
   }
 
   static async create(): Promise<SlotMd5> {
-    return new SlotMd5(await createMD5());
+    const hasher = await (sharedHasher ??= createMD5());
+    return new SlotMd5(hasher, SlotMd5.#initial(hasher));
   }
 
   /** Starts over: no bytes hashed. */
   init(): void {
-    this.#hasher.init();
-    initial ??= { id: nextId++, state: this.#hasher.save() };
-    this.#reached = this.#hasherAt = initial;
+    this.#at = SlotMd5.#initial(this.#hasher);
   }
 
   /** Hashes `bytes`, just written to the slot; `page`: the shared page they are, as Flash.writeSlot answered. */
   update(bytes: Uint8Array, page: number | undefined): void {
-    if (this.#reached === null || page === undefined) {
-      this.#loadReached();
-      this.#reached = null;
-      this.#hasher.update(bytes);
+    const from = this.#at;
+    const remember = page !== undefined && from.steps !== null;
+    const known = remember ? from.steps!.get(page) : undefined;
+    if (known) {
+      this.#at = known;
       return;
     }
-    const key = `${this.#reached.id}:${page}`;
-    let next = steps.get(key);
-    if (!next) {
-      this.#loadReached();
-      this.#hasher.update(bytes);
-      next = { id: nextId++, state: this.#hasher.save() };
-      if (steps.size >= MAX_STEPS) steps.clear();
-      steps.set(key, next);
-      this.#hasherAt = next;
+    this.#load(from);
+    this.#hasher.update(bytes);
+    const next: Reached = { state: this.#hasher.save(), steps: remember ? new Map() : null };
+    hasherHolds = next;
+    if (remember) {
+      if (stepsRemembered >= MAX_STEPS) {
+        // paths from the old initial state stay with the downloads on them, and go with them
+        initial = null;
+        stepsRemembered = 0;
+      }
+      from.steps!.set(page, next);
+      stepsRemembered += 1;
     }
-    this.#reached = next;
+    this.#at = next;
   }
 
   /** The state, for a checkpoint in NVS. */
   save(): Uint8Array {
-    return this.#reached ? this.#reached.state.slice() : this.#hasher.save();
+    return this.#at.state.slice();
+  }
+
+  /** The state in base64, as a checkpoint records it in NVS (written out once for a state every badge on the path reaches). */
+  saveBase64(): string {
+    const { state } = this.#at;
+    return (this.#at.base64 ??= Buffer.from(state.buffer, state.byteOffset, state.byteLength).toString("base64"));
   }
 
   /** A checkpoint's state: hashing goes on from there. */
   load(state: Uint8Array): void {
-    this.#hasher.load(state);
-    this.#reached = this.#hasherAt = null;
+    this.#at = { state: state.slice(), steps: null };
   }
 
   /** The MD5 of everything hashed, as hex. */
   digest(): string {
-    this.#loadReached();
-    this.#reached = this.#hasherAt = null;
-    return this.#hasher.digest("hex");
+    const at = this.#at;
+    if (at.digest === undefined) {
+      this.#load(at);
+      at.digest = this.#hasher.digest("hex");
+      // digesting ends the hasher's state: it holds none of ours now
+      hasherHolds = null;
+    }
+    return at.digest;
   }
 
-  /** Puts the state reached into the hasher, unless it holds it already. */
-  #loadReached(): void {
-    if (this.#reached && this.#hasherAt !== this.#reached) this.#hasher.load(this.#reached.state);
-    this.#hasherAt = this.#reached;
+  #load(reached: Reached): void {
+    if (hasherHolds !== reached) this.#hasher.load(reached.state);
+    hasherHolds = reached;
+  }
+
+  static #initial(hasher: IHasher): Reached {
+    if (!initial) {
+      hasher.init();
+      initial = { state: hasher.save(), steps: new Map() };
+      hasherHolds = initial;
+    }
+    return initial;
   }
 }

@@ -15,33 +15,40 @@ export const PAGE_BYTES = 4096;
 export const PAGES_PER_SLOT = Math.ceil(OTA_SLOT_BYTES / PAGE_BYTES);
 const MAX_SHARED_PER_OFFSET = 8;
 
-/** Pages shared by every slot of this thread, by page index: never written once here. */
-const sharedPages = new Map<number, Uint8Array[]>();
-/** Each shared page's number, for fingerprints: two slots holding the same shared pages hold the same bytes. */
-const sharedIds = new WeakMap<Uint8Array, number>();
+/** A page shared by every slot of this thread, never written once here, and its number (for fingerprints: two slots holding the same shared pages hold the same bytes). */
+interface SharedPage {
+  bytes: Uint8Array;
+  id: number;
+}
+
+/** The shared pages by page index. */
+const sharedPages = new Map<number, SharedPage[]>();
 let nextSharedId = 1;
 
 /** The shared page at `index` holding exactly `bytes`, if any. */
-function sharedEqual(index: number, bytes: Uint8Array): Uint8Array | undefined {
-  return sharedPages.get(index)?.find((candidate) => Buffer.compare(candidate, bytes) === 0);
+function sharedEqual(index: number, bytes: Uint8Array): SharedPage | undefined {
+  for (const candidate of sharedPages.get(index) ?? []) if (Buffer.compare(candidate.bytes, bytes) === 0) return candidate;
+  return undefined;
 }
 
 /** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
-function share(index: number, page: Uint8Array): Uint8Array | undefined {
+function share(index: number, page: Uint8Array): SharedPage | undefined {
   const same = sharedEqual(index, page);
   if (same) return same;
   const candidates = sharedPages.get(index) ?? [];
   if (candidates.length >= MAX_SHARED_PER_OFFSET) return undefined;
-  candidates.push(page);
+  const shared = { bytes: page, id: nextSharedId++ };
+  candidates.push(shared);
   sharedPages.set(index, candidates);
-  sharedIds.set(page, nextSharedId++);
-  return page;
+  return shared;
 }
 
 export class SlotPages {
   readonly #pages: Array<Uint8Array | null> = new Array<Uint8Array | null>(PAGES_PER_SLOT).fill(null);
   /** 1 where the page is this slot's own copy, which it may program in place */
   readonly #own = new Uint8Array(PAGES_PER_SLOT);
+  /** the shared page's number where the page is a shared one, else 0 */
+  readonly #sharedIds = new Uint32Array(PAGES_PER_SLOT);
 
   /** Pages this slot holds a copy of its own (not erased, not shared). */
   ownPageCount(): number {
@@ -53,6 +60,7 @@ export class SlotPages {
     for (let index = offset / PAGE_BYTES; index < Math.ceil((offset + length) / PAGE_BYTES); index++) {
       this.#pages[index] = null;
       this.#own[index] = 0;
+      this.#sharedIds[index] = 0;
     }
   }
 
@@ -70,9 +78,9 @@ export class SlotPages {
       const take = Math.min(data.length - at, PAGE_BYTES - inPage);
       // A whole page programmed onto erased flash reads as the data itself: when another slot
       // holds that page already, take it without making a private copy first (a download's case).
-      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, data.subarray(at, at + take)) : undefined;
+      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, take === data.length ? data : data.subarray(at, at + take)) : undefined;
       if (shared) {
-        this.#pages[index] = shared;
+        this.#holdShared(index, shared);
         at += take;
         continue;
       }
@@ -82,23 +90,19 @@ export class SlotPages {
       // Written to its end: from here on the page is usually final (writes are sequential).
       if (inPage + take === PAGE_BYTES) this.#settle(index);
     }
-    const page = onePage ? this.#pages[offset / PAGE_BYTES] : null;
-    return page && !this.#own[offset / PAGE_BYTES] ? sharedIds.get(page) : undefined;
+    return onePage ? this.#sharedIds[offset / PAGE_BYTES] || undefined : undefined;
   }
 
   /**
-   * What the first `length` bytes are made of, as the shared pages' numbers (`-` for erased):
+   * What the first `length` bytes are made of, as the shared pages' numbers (0 for erased):
    * equal fingerprints mean equal bytes, so what was computed over one holds for the other.
    * Null when a page in the range is this slot's own, whose bytes nobody else is known to share.
    */
   fingerprint(length: number): string | null {
-    const ids: Array<number | "-"> = [];
-    for (let index = 0; index < Math.ceil(length / PAGE_BYTES); index++) {
-      const page = this.#pages[index];
-      if (this.#own[index]) return null;
-      ids.push(page ? sharedIds.get(page)! : "-");
-    }
-    return `${length}:${ids.join(",")}`;
+    const pages = Math.ceil(length / PAGE_BYTES);
+    if (this.#own.subarray(0, pages).includes(1)) return null;
+    // the numbers' own bytes as the key: exact, and written out natively (a boot asks for 480 of them)
+    return `${length}:${Buffer.from(this.#sharedIds.buffer, 0, pages * Uint32Array.BYTES_PER_ELEMENT).toString("latin1")}`;
   }
 
   /** A copy of `length` bytes from `offset`. */
@@ -122,13 +126,18 @@ export class SlotPages {
     const copy = page ? page.slice() : new Uint8Array(PAGE_BYTES).fill(0xff);
     this.#pages[index] = copy;
     this.#own[index] = 1;
+    this.#sharedIds[index] = 0;
     return copy;
   }
 
   #settle(index: number): void {
     const shared = share(index, this.#pages[index]!);
-    if (!shared) return;
-    this.#pages[index] = shared;
+    if (shared) this.#holdShared(index, shared);
+  }
+
+  #holdShared(index: number, shared: SharedPage): void {
+    this.#pages[index] = shared.bytes;
     this.#own[index] = 0;
+    this.#sharedIds[index] = shared.id;
   }
 }

@@ -16,6 +16,12 @@ export class VirtualClock {
   #now = 0;
   #nextId = 1;
   #timers = new Map<number, Timer>();
+  /**
+   * The earliest timer, kept as timers come and go; null when it must be looked for again. Time
+   * moves at every flash write and radio transfer (a download makes about a thousand advances)
+   * while timers change only a few times per chunk read.
+   */
+  #soonest: Timer | undefined | null = undefined;
 
   now(): number {
     return this.#now;
@@ -24,11 +30,15 @@ export class VirtualClock {
   setTimeout(fn: (...args: unknown[]) => void, timeout: number, ...args: unknown[]): number {
     const id = this.#nextId++;
     // no closure per timer: the badge client sets one for every chunk a download reads
-    this.#timers.set(id, { due: this.#now + Math.max(0, timeout), order: id, fn, args });
+    const timer = { due: this.#now + Math.max(0, timeout), order: id, fn, args };
+    this.#timers.set(id, timer);
+    // a later one set at the same due time fires after it: only an earlier due time goes first
+    if (this.#soonest === undefined || (this.#soonest !== null && timer.due < this.#soonest.due)) this.#soonest = timer;
     return id;
   }
 
   clearTimeout(id: number): void {
+    if (this.#soonest?.order === id) this.#soonest = null;
     this.#timers.delete(id);
   }
 
@@ -49,7 +59,7 @@ export class VirtualClock {
    */
   advanceTo(at: number): void {
     for (let timer = this.#earliest(); timer && timer.due <= at; timer = this.#earliest()) {
-      this.#timers.delete(timer.order);
+      this.clearTimeout(timer.order);
       this.#now = Math.max(this.#now, timer.due);
       timer.fn(...timer.args);
     }
@@ -65,12 +75,12 @@ export class VirtualClock {
     }
   }
 
-  /** Read at every advance (a download's flash writes and radio make thousands): no entry arrays made. */
   #earliest(): Timer | undefined {
+    if (this.#soonest !== null) return this.#soonest;
     let best: Timer | undefined;
     for (const timer of this.#timers.values()) {
       if (!best || timer.due < best.due || (timer.due === best.due && timer.order < best.order)) best = timer;
     }
-    return best;
+    return (this.#soonest = best);
   }
 }

@@ -448,12 +448,20 @@ export const badgeMachine = setup({
 
 export type BadgeSnapshot = SnapshotFrom<typeof badgeMachine>;
 
+/** Paths already written out, by the state value they are of: a snapshot's value is never changed, and the screen asks again at every percent of a download. */
+const statePaths = new WeakMap<object, string>();
+
 /** `awake.idle` for `{ awake: "idle" }`. */
 export function statePath(value: StateValue): string {
   if (typeof value === "string") return value;
-  return Object.entries(value)
-    .map(([key, child]) => (child === undefined ? key : `${key}.${statePath(child)}`))
-    .join(",");
+  let path = statePaths.get(value);
+  if (path === undefined) {
+    path = Object.entries(value)
+      .map(([key, child]) => (child === undefined ? key : `${key}.${statePath(child)}`))
+      .join(",");
+    statePaths.set(value, path);
+  }
+  return path;
 }
 
 /** A screen's title line, then the notice under it if there is one. */

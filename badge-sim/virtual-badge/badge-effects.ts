@@ -23,6 +23,13 @@ export const DOWNLOAD_BUFFER_BYTES = 4096;
 
 export type BootCause = "power-on" | "restart" | "wake" | "brownout";
 
+/**
+ * Why a download's signal aborts: the machine left `downloading` (its work is over, or it is cut
+ * off). Made once: abort() without a reason makes a DOMException, stack and all, at the end of
+ * every download, finished ones included.
+ */
+const DOWNLOAD_LEFT = new Error("the machine left online.downloading");
+
 /** One boot's worth of machine: when the power dies it is dead, and its effects do nothing. */
 export interface Run {
   actor: Actor<typeof badgeMachine>;
@@ -119,7 +126,7 @@ export class BadgeEffects {
             effects.badge.fail(error);
           });
           return () => {
-            controller.abort();
+            controller.abort(DOWNLOAD_LEFT);
             effects.downloadedBytes = null;
           };
         }),
@@ -284,17 +291,20 @@ export class BadgeEffects {
     /** when the last byte came (simulated ms): a stall is the stall timeout of silence after it */
     let lastByteAt = this.badge.clock.now();
 
+    /** what each write is, as the battery is asked about it (one object for the download's 480 writes) */
+    const moment = { activity: "download.write" as const, offset: 0, length: 0, total: offer.size };
     /** One esp_ota_write of a buffer's worth (`bytes`: the buffer, or a full buffer's worth of the chunk as it came). */
     const writeBuffer = (bytes: Uint8Array) => {
       this.badge.radio.receive(bytes.length);
-      const sharedPage = flash.writeSlot(slot, written, bytes, { activity: "download.write", offset: written, length: bytes.length, total: offer.size });
+      moment.offset = written;
+      moment.length = bytes.length;
+      const sharedPage = flash.writeSlot(slot, written, bytes, moment);
       md5.update(bytes, sharedPage);
       written += bytes.length;
       buffered = 0;
       if (written % CHECKPOINT_BYTES === 0) {
         storage.saveInstall({ ...record, bytes: written });
-        const md5State = Buffer.from(md5.save()).toString("base64");
-        storage.saveResumePoint({ version: offer.version, size: offer.size, md5: offer.md5, bytes: written, md5State });
+        storage.saveResumePoint({ version: offer.version, size: offer.size, md5: offer.md5, bytes: written, md5State: md5.saveBase64() });
       }
       const now = Math.floor((written * 100) / offer.size);
       if (now !== percent) {

@@ -36,9 +36,10 @@ export class ObservationLog {
   readonly entries: Observation[] = [];
   /** the entries again by kind: `runUntil` predicates ask `of(kind)` after every observation, and a download logs hundreds */
   #byKind = new Map<ObservationKind, Observation[]>();
-  #listeners = new Set<(observation: Observation) => void>();
-  /** `when` checks waiting for observations: each looks once after a burst of them */
-  #watchers = new Set<() => void>();
+  /** replaced, never changed, as listeners come and go: an observation is heard by those there when it was made (as EventEmitter does) */
+  #listeners: ReadonlyArray<(observation: Observation) => void> = [];
+  /** `when` checks waiting for observations, each looking once after a burst of them; replaced like the listeners */
+  #watchers: ReadonlyArray<() => void> = [];
 
   /** `now` stamps each observation: the badge's simulated ms. */
   constructor(private readonly now: () => number) {}
@@ -49,8 +50,11 @@ export class ObservationLog {
     const ofKind = this.#byKind.get(kind);
     if (ofKind) ofKind.push(observation);
     else this.#byKind.set(kind, [observation]);
-    for (const listener of this.#listeners) listener(observation);
-    for (const watcher of this.#watchers) watcher();
+    // indexed: a for-of made an iterator result per listener for each of a download's 700 observations
+    const listeners = this.#listeners;
+    for (let i = 0; i < listeners.length; i++) listeners[i]!(observation);
+    const watchers = this.#watchers;
+    for (let i = 0; i < watchers.length; i++) watchers[i]!();
   }
 
   of(kind: ObservationKind): Observation[] {
@@ -59,8 +63,10 @@ export class ObservationLog {
 
   /** Calls `listener` with every observation as it is logged; returns the unsubscribe. */
   onObservation(listener: (observation: Observation) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    this.#listeners = [...this.#listeners, listener];
+    return () => {
+      this.#listeners = this.#listeners.filter((other) => other !== listener);
+    };
   }
 
   /**
@@ -73,6 +79,9 @@ export class ObservationLog {
    */
   when(check: () => boolean): { promise: Promise<void>; stop: () => void } {
     let watcher!: () => void;
+    const stop = () => {
+      this.#watchers = this.#watchers.filter((other) => other !== watcher);
+    };
     const promise = new Promise<void>((resolve) => {
       let queued = false;
       const look = () => {
@@ -83,8 +92,8 @@ export class ObservationLog {
         } catch {
           // the caller's own look at it throws again, and says so
         }
-        if (!holds || !this.#watchers.has(watcher)) return;
-        this.#watchers.delete(watcher);
+        if (!holds || !this.#watchers.includes(watcher)) return;
+        stop();
         resolve();
       };
       watcher = () => {
@@ -93,8 +102,8 @@ export class ObservationLog {
         queueMicrotask(look);
       };
     });
-    this.#watchers.add(watcher);
-    return { promise, stop: () => this.#watchers.delete(watcher) };
+    this.#watchers = [...this.#watchers, watcher];
+    return { promise, stop };
   }
 }
 

@@ -206,6 +206,11 @@ export class VirtualBadge {
       } finally {
         holds?.stop();
       }
+      // The condition holds after the machine's step: done, without another turn of the event
+      // loop (which ran whatever else the process had waiting, the server's work after its answer
+      // included, inside the caller's wait).
+      this.#throwIfBroken();
+      if (until?.(this)) return;
     }
   }
 

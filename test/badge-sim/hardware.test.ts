@@ -42,6 +42,24 @@ describe("VirtualClock", () => {
     expect(clock.now()).toBe(510);
   });
 
+  it("knows the earliest timer as timers come and go: a cleared first one, one set earlier later, ties in the order set", () => {
+    const clock = new VirtualClock();
+    const fired: string[] = [];
+    const first = clock.setTimeout(() => fired.push("first"), 100);
+    clock.setTimeout(() => fired.push("tie 1"), 300);
+    clock.setTimeout(() => fired.push("tie 2"), 300);
+    expect(clock.nextDueAt()).toBe(100);
+    clock.clearTimeout(first);
+    expect(clock.nextDueAt()).toBe(300);
+    clock.setTimeout(() => fired.push("earlier"), 200);
+    expect(clock.nextDueAt()).toBe(200);
+    clock.advance(250);
+    clock.setTimeout(() => fired.push("tie 3"), 50);
+    clock.advance(100);
+    expect(fired).toEqual(["earlier", "tie 1", "tie 2", "tie 3"]);
+    expect(clock.nextDueAt()).toBeUndefined();
+  });
+
   it("runUntilIdle gives up on timers that never stop", () => {
     const clock = new VirtualClock();
     const again = () => clock.setTimeout(again, 1000);
@@ -135,7 +153,7 @@ describe("otadata", () => {
 });
 
 describe("NVS", () => {
-  it("keeps its keys in flash bytes, so a new reader (the next boot) sees them", () => {
+  it("keeps its keys in flash, so a new reader (the next boot) sees them", () => {
     const { flash } = hardware();
     new Nvs(flash).set("ota.report", "ok|1.5.0");
     const afterReboot = new Nvs(flash);
@@ -143,6 +161,18 @@ describe("NVS", () => {
     afterReboot.delete("ota.report");
     expect(new Nvs(flash).entries()).toEqual(new Map());
     expect(() => afterReboot.set("a-key-of-16-char", "x")).toThrow(/1 to 15 characters/);
+  });
+
+  it("gives back any value as it was set after a reboot, each entry changed alone, and refuses a key holding a NUL without changing anything", () => {
+    const { flash } = hardware();
+    const nvs = new Nvs(flash);
+    const values = { json: JSON.stringify({ md5: "a\"b", bytes: 65536 }), nul: "before\0after\0", lines: "one\ntwo|three", accents: "Mise à jour ✓" };
+    for (const [key, value] of Object.entries(values)) nvs.set(key, value);
+    nvs.set("json", `${values.json} `);
+    const commits = flash.nvsCommits;
+    expect(() => nvs.set("bad\0key", "x")).toThrow(/none of them NUL/);
+    expect(flash.nvsCommits).toBe(commits);
+    expect(new Nvs(flash).entries()).toEqual(new Map(Object.entries({ ...values, json: `${values.json} ` })));
   });
 });
 

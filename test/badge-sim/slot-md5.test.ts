@@ -12,7 +12,7 @@ import { VirtualClock } from "../../badge-sim/hardware/virtual-clock.ts";
 
 const IMAGE_BYTES = 64 * SECTOR_BYTES + 100;
 
-/** A download into a fresh badge's ota_1, 4 KiB at a time, hashed as it goes: the states after each buffer, and the digest. */
+/** A download into a fresh badge's ota_1, 4 KiB at a time, hashed as it goes: the states after each buffer (as bytes and as a checkpoint's base64), and the digest. */
 async function downloadHashed(image: Uint8Array, resume?: { at: number; state: Uint8Array }) {
   const flash = new Flash({ clock: new VirtualClock(), battery: new Battery({ volts: 4.0, charging: true }) });
   const md5 = await SlotMd5.create();
@@ -20,12 +20,14 @@ async function downloadHashed(image: Uint8Array, resume?: { at: number; state: U
   if (resume) md5.load(resume.state);
   else md5.init();
   const states: Uint8Array[] = [];
+  const base64: string[] = [];
   for (let offset = resume?.at ?? 0; offset < image.length; offset += SECTOR_BYTES) {
     const buffer = image.subarray(offset, offset + SECTOR_BYTES);
     md5.update(buffer, flash.writeSlot("ota_1", offset, buffer));
     states.push(md5.save());
+    base64.push(md5.saveBase64());
   }
-  return { states, digest: md5.digest() };
+  return { states, base64, digest: md5.digest() };
 }
 
 /** The same from scratch with hash-wasm alone. */
@@ -38,7 +40,7 @@ async function hashedFromScratch(image: Uint8Array, from = 0) {
     md5.update(image.subarray(offset, offset + SECTOR_BYTES));
     states.push(md5.save());
   }
-  return { states, digest: md5.digest("hex") };
+  return { states, base64: states.map((state) => Buffer.from(state).toString("base64")), digest: md5.digest("hex") };
 }
 
 describe("the download's MD5 over slot pages", () => {
@@ -68,5 +70,26 @@ describe("the download's MD5 over slot pages", () => {
     await downloadHashed(a);
     expect(await downloadHashed(b)).toEqual(await hashedFromScratch(b));
     expect(await downloadHashed(a)).toEqual(await hashedFromScratch(a));
+  });
+
+  it("keeps two downloads hashed at once apart (one hasher serves both, each loads its own state)", async () => {
+    const image = buildAppImage({ version: "7.4.0", size: IMAGE_BYTES });
+    const tampered = image.slice();
+    tampered[3 * SECTOR_BYTES + 1]! ^= 0x01;
+    const flashes = [image, tampered].map(() => new Flash({ clock: new VirtualClock(), battery: new Battery({ volts: 4.0, charging: true }) }));
+    const hashes = [await SlotMd5.create(), await SlotMd5.create()];
+    const checkpoint = 8 * SECTOR_BYTES;
+    hashes[0]!.init();
+    hashes[1]!.load((await hashedFromScratch(tampered)).states[7]!);
+    flashes.forEach((flash) => flash.eraseSlot("ota_1", image.length));
+    for (let offset = 0; offset < image.length; offset += SECTOR_BYTES) {
+      const first = image.subarray(offset, offset + SECTOR_BYTES);
+      hashes[0]!.update(first, flashes[0]!.writeSlot("ota_1", offset, first));
+      if (offset < checkpoint) continue;
+      const second = tampered.subarray(offset, offset + SECTOR_BYTES);
+      hashes[1]!.update(second, flashes[1]!.writeSlot("ota_1", offset, second));
+    }
+    expect(hashes[0]!.digest()).toBe((await hashedFromScratch(image)).digest);
+    expect(hashes[1]!.digest()).toBe((await hashedFromScratch(tampered)).digest);
   });
 });
