@@ -28,9 +28,10 @@ const ROLLBACK = CompiledQuery.raw("rollback");
 export async function transaction<T>(db: Kysely<Database>, work: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
   const props = pipelined.get(db);
   if (props === undefined) return db.transaction().execute(work);
-  return db.connection().execute(async (single) => {
-    const executor = single.getExecutor();
-    const connection = await executor.provideConnection(async (c: DatabaseConnection) => c);
+  const executor = db.getExecutor();
+  // The pool's connection for the transaction, released once it ended; its statements are not
+  // queued one after the other as Kysely's single-connection provider queues them.
+  return executor.provideConnection(async (connection: DatabaseConnection) => {
     const trx = new Transaction<Database>({
       config: { dialect: props.dialect },
       ...props,
