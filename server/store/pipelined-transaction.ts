@@ -4,7 +4,8 @@
 // reads, its records, events and taps inserts) cost a round trip each all the same. On
 // PostgreSQL the pool's connections run in pg's pipeline mode (database.ts), which writes a
 // statement as soon as it is made and hands the answers back in order: the write batcher's group
-// transactions run here, on a connection whose statements nobody holds back.
+// transactions run here, on a connection whose statements no Kysely queue makes wait for the
+// answers before them (database.ts still holds back BEGIN and the savepoints to go with the next).
 import { CompiledQuery, Transaction, type DatabaseConnection, type Dialect, type Kysely } from "kysely";
 import type { Database } from "./schema.ts";
 
