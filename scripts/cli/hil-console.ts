@@ -93,8 +93,8 @@ export async function runHilPorts(options: HilPortsOptions): Promise<number> {
       path: port.path,
       manufacturer: port.manufacturer ?? null,
       serial_number: port.serialNumber ?? null,
-      vendor_id: usbId(port.vendorId) ?? null,
-      product_id: usbId(port.productId) ?? null,
+      vendor_id: usbId(port.vendorId),
+      product_id: usbId(port.productId),
     }));
     process.stdout.write(`${JSON.stringify({ object: "list", data })}\n`);
     return 0;

@@ -351,8 +351,9 @@ async function openPostgresStore(urlText: string, settings: Partial<PostgresSett
     query_timeout: statementTimeoutMs + connectTimeoutMs,
     keepAlive: true,
     types: countsAsNumbers(pg.types),
-    // Each statement still waits for its answer (Kysely runs a connection's one at a time),
-    // except the savepoints that go out with the statement after them (preparingHotStatements).
+    // A statement goes out while those before it wait for their answers: the held-back ones with
+    // the statement after them (preparingHotStatements), and the steps of a group's write sent
+    // together (pipelined-transaction.ts; elsewhere Kysely still runs a connection's one at a time).
     pipeline: true,
   });
   // A connection that breaks (the database restarted, a backend terminated) reports an error on

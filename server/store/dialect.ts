@@ -47,6 +47,12 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return typeof message === "string" && UNAVAILABLE_MESSAGES.some((known) => message.startsWith(known));
 }
 
+/**
+ * Whether `error` is PostgreSQL refusing a statement because one before it in the transaction
+ * failed: what went wrong is that earlier statement's error, not this one.
+ */
+export const isRefusedAfterFailure = (error: unknown): boolean => codeOf(error) === "25P02";
+
 /** Whether `error` is PostgreSQL ending a statement to break a lock conflict: worth running again. */
 export function isLockConflict(error: unknown): boolean {
   const code = codeOf(error);

@@ -4,7 +4,8 @@
 // reads, its records, events and taps inserts) cost a round trip each all the same. On
 // PostgreSQL the pool's connections run in pg's pipeline mode (database.ts), which writes a
 // statement as soon as it is made and hands the answers back in order: the write batcher's group
-// transactions run here, on a connection whose statements nobody holds back.
+// transactions run here, on a connection whose statements no Kysely queue makes wait for the
+// answers before them (database.ts still holds back BEGIN and the savepoints to go with the next).
 import { CompiledQuery, Transaction, type DatabaseConnection, type Dialect, type Kysely } from "kysely";
 import type { Database } from "./schema.ts";
 
@@ -28,9 +29,10 @@ const ROLLBACK = CompiledQuery.raw("rollback");
 export async function transaction<T>(db: Kysely<Database>, work: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
   const props = pipelined.get(db);
   if (props === undefined) return db.transaction().execute(work);
-  return db.connection().execute(async (single) => {
-    const executor = single.getExecutor();
-    const connection = await executor.provideConnection(async (c: DatabaseConnection) => c);
+  const executor = db.getExecutor();
+  // The pool's connection for the transaction, released once it ended; its statements are not
+  // queued one after the other as Kysely's single-connection provider queues them.
+  return executor.provideConnection(async (connection: DatabaseConnection) => {
     const trx = new Transaction<Database>({
       config: { dialect: props.dialect },
       ...props,

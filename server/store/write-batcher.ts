@@ -6,7 +6,7 @@
 // nothing acknowledged can be lost.
 import { CompiledQuery, type Kysely, type Transaction } from "kysely";
 import { noteCommitted } from "./change-feed.ts";
-import { isLockConflict, isPostgres } from "./dialect.ts";
+import { isLockConflict, isPostgres, isRefusedAfterFailure } from "./dialect.ts";
 import { transaction } from "./pipelined-transaction.ts";
 import type { Database, Db } from "./schema.ts";
 
@@ -356,14 +356,16 @@ const isPipelinedFailure = (error: unknown): boolean => typeof error === "object
 
 /**
  * Steps of one write run at once, so their statements go out together (pipelined on PostgreSQL:
- * one round trip where they were one each). Every step is waited for before the first failure
- * passes on: a step still running must not send a statement after the write's savepoint was
- * rolled back.
+ * one round trip where they were one each). Every step is waited for before a failure passes on:
+ * a step still running must not send a statement after the write's savepoint was rolled back.
+ * The failure passed on is the one that failed the transaction: a step listed earlier may have
+ * sent a statement after it, which PostgreSQL refused for that, and its error would hide a lock
+ * conflict (retried) or a timeout (a 503) behind a refusal (a 500).
  */
 export async function together<T extends readonly unknown[]>(...steps: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
   const outcomes = await Promise.allSettled(steps);
-  const failed = outcomes.find((outcome) => outcome.status === "rejected");
-  if (failed) throw failed.reason;
+  const failures = outcomes.flatMap((outcome) => (outcome.status === "rejected" ? [outcome.reason as unknown] : []));
+  if (failures.length > 0) throw failures.find((error) => !isRefusedAfterFailure(error)) ?? failures[0];
   return outcomes.map((outcome) => (outcome as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }
 

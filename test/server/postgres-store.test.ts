@@ -254,6 +254,22 @@ describe("two write batchers on one database, as in two instances", () => {
     expect(await store.db.selectFrom("settings").select("value").where("name", "=", "t-1").executeTakeFirstOrThrow()).toEqual({ value: "set" });
   });
 
+  it("fails a write whose steps went out together with the error of the step that failed, not that of a later statement PostgreSQL refused after it", async () => {
+    const { store, writes, set } = await batcherOnSettings("f");
+    const read = (trx: Transaction<Database>) => trx.selectFrom("settings").select("value").where("name", "=", "f-1").executeTakeFirstOrThrow();
+    const failed = writes.run((trx) =>
+      together(
+        // Its UPDATE goes out once its read is answered: after the INSERT below, which fails the transaction.
+        read(trx).then(() => set("f-1")(trx)),
+        trx.insertInto("settings").values({ name: "f-2", value: "duplicate" }).execute(),
+      ),
+    );
+    // 23505 (unique violation), not 25P02 (the transaction is aborted) of the UPDATE sent after it.
+    await expect(failed).rejects.toMatchObject({ code: "23505" });
+    const rows = await store.db.selectFrom("settings").select(["name", "value"]).where("name", "like", "f-%").orderBy("name").execute();
+    expect(rows).toEqual([{ name: "f-1", value: "" }, { name: "f-2", value: "" }, { name: "f-3", value: "" }]);
+  });
+
   it("fails only the write that caught its own statement's failure, whose release went out with a neighbour's statement", async () => {
     const { store, writes, set } = await batcherOnSettings("s");
     const outcomes = await Promise.allSettled([
