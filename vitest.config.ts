@@ -1,7 +1,8 @@
 // `npm test` runs every suite on SQLite (project sqlite) and the suites that touch the store a
 // second time on PostgreSQL (project postgres: BADGEBENCH_TEST_STORE=postgres, each harness on a
 // database of its own, test/server/test-database.ts). The SQLite-only suites (the checkpoint
-// worker, the simulator, the rig) run once.
+// worker, the simulator, the rig) run once, and so do the suites that test PostgreSQL themselves,
+// in the postgres project (POSTGRES_ONLY).
 import os from "node:os";
 import { configDefaults, defineConfig } from "vitest/config";
 

@@ -265,8 +265,8 @@ const HELD_BACK: ReadonlySet<string> = new Set(["begin", ...PIPELINED_STATEMENTS
  * Holds what is written to `stream` until the current turn of the event loop ends, then sends it
  * in one write. pg writes each statement (and each held-back BEGIN or savepoint) with a system
  * call of its own; the statements a request sends together (`together` in write-batcher.ts) and
- * the held-back ones before them were 3-5 writes a round trip (strace of a sync phase: 16,100
- * writes to PostgreSQL, 11,800 with this), each also a wake-up of the backend reading them.
+ * the held-back ones before them were 3-5 writes a round trip, each also a wake-up of the
+ * backend reading them.
  */
 function writingTogether(stream: Duplex): () => void {
   let corked = false;
