@@ -35,6 +35,9 @@ export interface FlashTiming {
 
 export const DEFAULT_FLASH_TIMING: FlashTiming = { erasePer64KiBMs: 150, writePer4KiBMs: 12, readPerMiBMs: 100, nvsCommitMs: 5, otadataEraseMs: 45 };
 
+/** What a write without power was doing, written out once per region: a download writes 480 times. */
+const WRITING: Record<FlashRegion, string> = { ota_0: "writing ota_0", ota_1: "writing ota_1", otadata: "writing otadata", nvs: "writing NVS" };
+
 /** A slot page (slot-pages.ts) is one erase sector. */
 export const SECTOR_BYTES = PAGE_BYTES;
 const MiB = 1024 * 1024;
@@ -169,14 +172,14 @@ export class Flash {
   /**
    * NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next
    * mount): these entries' texts, which the flash keeps as given (strings do not change in place;
-   * the caller hands over an array it no longer changes).
+   * the caller hands over an array it no longer changes), `bytes` long in UTF-8 all together.
    */
-  commitNvs(entries: readonly string[]): void {
-    this.#battery.requirePower("writing NVS");
+  commitNvs(entries: readonly string[], bytes: number): void {
+    this.#battery.requirePower(WRITING.nvs);
     this.#nvs = entries;
     this.#nvsCommits += 1;
     this.#clock.advance(this.#timing.nvsCommitMs);
-    this.#record("nvs", "write", 0, entries.reduce((bytes, entry) => bytes + Buffer.byteLength(entry), 0));
+    this.#record("nvs", "write", 0, bytes);
   }
 
   /**
@@ -203,7 +206,7 @@ export class Flash {
    * programs them, then calls #programmed.
    */
   #lengthWritten(region: FlashRegion, data: Uint8Array, moment: PowerMoment | undefined): number {
-    this.#battery.requirePower(`writing ${region}`);
+    this.#battery.requirePower(WRITING[region]);
     return (moment === undefined ? null : this.#battery.powerFailsWithin(moment)) ?? data.length;
   }
 

@@ -22,6 +22,8 @@ interface Decoded {
   entries: Map<string, string>;
   /** each entry's text in the region */
   texts: Map<string, string>;
+  /** the region's bytes: every entry's text in UTF-8 */
+  bytes: number;
 }
 
 export class Nvs {
@@ -44,8 +46,9 @@ export class Nvs {
     const decoded = this.#read();
     const texts: string[] = [];
     decoded.texts.forEach((text, other) => texts.push(other === key ? entry : text));
-    if (!decoded.texts.has(key)) texts.push(entry);
-    this.#commit(texts);
+    const before = decoded.texts.get(key);
+    if (before === undefined) texts.push(entry);
+    this.#commit(texts, decoded.bytes - (before === undefined ? 0 : Buffer.byteLength(before)) + Buffer.byteLength(entry));
     decoded.entries.set(key, value);
     decoded.texts.set(key, entry);
   }
@@ -57,7 +60,7 @@ export class Nvs {
     decoded.texts.forEach((text, other) => {
       if (other !== key) texts.push(text);
     });
-    this.#commit(texts);
+    this.#commit(texts, decoded.bytes - Buffer.byteLength(decoded.texts.get(key)!));
     decoded.entries.delete(key);
     decoded.texts.delete(key);
   }
@@ -72,18 +75,21 @@ export class Nvs {
     if (this.#decoded?.commits !== commits) {
       const texts = this.#flash.nvs;
       const list = texts.map((text): [string, string] => [text.slice(0, text.indexOf(KEY_END)), text.slice(text.indexOf(KEY_END) + 1)]);
-      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])) };
+      const bytes = texts.reduce((sum, text) => sum + Buffer.byteLength(text), 0);
+      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])), bytes };
     }
     return this.#decoded;
   }
 
   /**
-   * Commits the region made of these entries. A commit without power throws before it changes
-   * anything; once it returns, the decoded entries (changed by the caller to match) are those
-   * of the region now committed.
+   * Commits the region made of these entries, `bytes` long (kept as entries change, not counted
+   * again over every entry at each of a download's 60 checkpoint commits). A commit without power throws
+   * before it changes anything; once it returns, the decoded entries (changed by the caller to
+   * match) are those of the region now committed.
    */
-  #commit(texts: string[]): void {
-    this.#flash.commitNvs(texts);
+  #commit(texts: string[], bytes: number): void {
+    this.#flash.commitNvs(texts, bytes);
     this.#decoded!.commits = this.#flash.nvsCommits;
+    this.#decoded!.bytes = bytes;
   }
 }

@@ -21,13 +21,13 @@ interface SharedPage {
   id: number;
 }
 
-/** The shared pages by page index. */
-const sharedPages = new Map<number, SharedPage[]>();
+/** The shared pages by page index (an array: a download looks up each of its 480 pages). */
+const sharedPages: SharedPage[][] = Array.from({ length: PAGES_PER_SLOT }, () => []);
 let nextSharedId = 1;
 
 /** The shared page at `index` holding exactly `bytes`, if any. */
 function sharedEqual(index: number, bytes: Uint8Array): SharedPage | undefined {
-  for (const candidate of sharedPages.get(index) ?? []) if (Buffer.compare(candidate.bytes, bytes) === 0) return candidate;
+  for (const candidate of sharedPages[index]!) if (Buffer.compare(candidate.bytes, bytes) === 0) return candidate;
   return undefined;
 }
 
@@ -35,11 +35,10 @@ function sharedEqual(index: number, bytes: Uint8Array): SharedPage | undefined {
 function share(index: number, page: Uint8Array): SharedPage | undefined {
   const same = sharedEqual(index, page);
   if (same) return same;
-  const candidates = sharedPages.get(index) ?? [];
+  const candidates = sharedPages[index]!;
   if (candidates.length >= MAX_SHARED_PER_OFFSET) return undefined;
   const shared = { bytes: page, id: nextSharedId++ };
   candidates.push(shared);
-  sharedPages.set(index, candidates);
   return shared;
 }
 

@@ -13,7 +13,7 @@
 import { createActor } from "xstate";
 import { buildAppImage, parseVersion } from "../../firmware/index.ts";
 import { Battery, type BatteryEvent, type BatteryOptions, type BrownoutPoint } from "../hardware/battery.ts";
-import { Flash, type FlashOperation, type FlashTiming } from "../hardware/flash.ts";
+import { Flash, SECTOR_BYTES, type FlashOperation, type FlashRegion, type FlashTiming } from "../hardware/flash.ts";
 import { Nvs } from "../hardware/nvs.ts";
 import type { SlotName } from "../hardware/otadata.ts";
 import { Radio, type RadioLink } from "../hardware/radio.ts";
@@ -25,6 +25,25 @@ import { BadgeEffects, type BootCause, type Run } from "./badge-effects.ts";
 import { batteryText, ObservationLog, type Observation, type ObservationKind } from "./observation-log.ts";
 
 const DAY_MS = 24 * 3600_000;
+
+/**
+ * The observation details of whole-sector flash operations, by region and sector, written out
+ * once for every badge of the thread: a download writes 480 sectors, the same ones on every
+ * badge, and each detail is kept in its log.
+ */
+const sectorDetails: Partial<Record<FlashRegion, string[]>> = {};
+
+/** A flash operation's observation detail: `ota_1 0x1f000 +4096`. */
+function flashDetail(operation: FlashOperation): string {
+  const { region, offset, length } = operation;
+  if (length !== SECTOR_BYTES || offset % SECTOR_BYTES !== 0) return describeFlash(operation);
+  const details = (sectorDetails[region] ??= []);
+  return (details[offset / SECTOR_BYTES] ??= describeFlash(operation));
+}
+
+function describeFlash({ region, offset, length }: FlashOperation): string {
+  return `${region} 0x${offset.toString(16)} +${length}`;
+}
 
 export interface VirtualBadgeOptions {
   /** where the badge endpoints are: the server, or a fault proxy in front of it */
@@ -422,7 +441,7 @@ export class VirtualBadge {
 
   #onFlash(operation: FlashOperation): void {
     if (operation.region === "nvs") return;
-    this.#observe(operation.op === "erase" ? "flash.erase" : "flash.write", `${operation.region} 0x${operation.offset.toString(16)} +${operation.length}`);
+    this.#observe(operation.op === "erase" ? "flash.erase" : "flash.write", flashDetail(operation));
   }
 
   #input(description: string, event: BadgeEvent): void {
