@@ -38,10 +38,10 @@ export function timeServerRequests(): { stop(): ServerSamples; takeDownloads(): 
     const timing = started.get((message as { request: IncomingMessage }).request);
     if (timing) samples[timing.kind].push([performance.timeOrigin + timing.at, performance.now() - timing.at]);
   };
-  // The route writes the image's head with writeHead and its body with write (ota-download.ts):
-  // this response's own two methods are wrapped, nothing else.
+  // The route writes the image's head with writeHead and its body with write, its last slice
+  // with end (ota-download.ts): this response's own three methods are wrapped, nothing else.
   const countDownload = (response: ServerResponse) => {
-    const { writeHead, write } = response;
+    const { writeHead, write, end } = response;
     let image = false;
     response.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse["writeHead"]>) {
       // A badge that left while its fetch was being recorded closed the response already: it is
@@ -57,6 +57,10 @@ export function timeServerRequests(): { stop(): ServerSamples; takeDownloads(): 
       if (image && chunk instanceof Uint8Array) downloads.bodyBytes += chunk.length;
       return (write as (...a: unknown[]) => boolean).call(this, chunk, ...rest);
     } as ServerResponse["write"];
+    response.end = function (this: ServerResponse, chunk?: unknown, ...rest: unknown[]) {
+      if (image && chunk instanceof Uint8Array) downloads.bodyBytes += chunk.length;
+      return (end as (...a: unknown[]) => ServerResponse).call(this, chunk, ...rest);
+    } as ServerResponse["end"];
   };
   diagnostics.subscribe("http.server.request.start", onStart);
   diagnostics.subscribe("http.server.response.finish", onFinish);

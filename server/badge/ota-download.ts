@@ -62,6 +62,14 @@ function sendBody(res: Response, body: Buffer, sent: { bytes: number }): Promise
         const slice = body.subarray(offset, offset + SLICE_BYTES);
         offset += slice.length;
         sent.bytes += slice.length;
+        // The last slice ends the response: end() queues it behind what the connection holds,
+        // with no drain to wait for. (A first write that returned false on a reused keep-alive
+        // connection got no drain at all: a one-slice image's response never ended, its fetch
+        // was recorded cut and the connection held until the server's timeout, 58 s.)
+        if (offset === body.length) {
+          res.end(slice);
+          return;
+        }
         if (!res.write(slice)) {
           res.once("drain", () => queueForSlice(writeMore));
           return;
