@@ -157,12 +157,18 @@ function freePort(): Promise<number> {
   });
 }
 
-/** A write batcher on a new database whose settings `prefix`-1 to -3 are empty, and a write setting one. */
-async function batcherOnSettings(prefix: string) {
+/** A store on a new database of its own, closed and dropped when the test finishes. */
+async function storeOnNewDatabase(name: string) {
   const database = await createPostgresDatabase();
   onTestFinished(() => database.drop());
-  const store = await openStore({ dataDir: dirs(prefix), databaseUrl: database.url });
+  const store = await openStore({ dataDir: dirs(name), databaseUrl: database.url });
   onTestFinished(() => store.close());
+  return store;
+}
+
+/** A write batcher on a new database whose settings `prefix`-1 to -3 are empty, and a write setting one. */
+async function batcherOnSettings(prefix: string) {
+  const store = await storeOnNewDatabase(prefix);
   await store.db.insertInto("settings").values([1, 2, 3].map((n) => ({ name: `${prefix}-${n}`, value: "" }))).execute();
   const set = (name: string) => (trx: Transaction<Database>) => trx.updateTable("settings").set({ value: "set" }).where("name", "=", name).execute();
   return { store, writes: new WriteBatcher(store.db, store.logSynced), set };
@@ -170,10 +176,7 @@ async function batcherOnSettings(prefix: string) {
 
 describe("two write batchers on one database, as in two instances", () => {
   it("splits a group by lock key into transactions written at once, each running its writes without a lock key first, in arrival order, then by lock key, one key's writes in arrival order", async () => {
-    const database = await createPostgresDatabase();
-    onTestFinished(() => database.drop());
-    const store = await openStore({ dataDir: dirs("ordered"), databaseUrl: database.url });
-    onTestFinished(() => store.close());
+    const store = await storeOnNewDatabase("ordered");
     const writes = new WriteBatcher(store.db, store.logSynced);
     const ran = new Map<object, string[]>();
     const queue = (name: string, lockKey?: string) => writes.run(async (trx) => void ran.set(trx, [...(ran.get(trx) ?? []), name]), { lockKey });
@@ -183,10 +186,7 @@ describe("two write batchers on one database, as in two instances", () => {
   });
 
   it("runs a group's combinable writes as one statement per kind, outside a transaction, and a kind whose statement fails write by write", async () => {
-    const database = await createPostgresDatabase();
-    onTestFinished(() => database.drop());
-    const store = await openStore({ dataDir: dirs("combined"), databaseUrl: database.url });
-    onTestFinished(() => store.close());
+    const store = await storeOnNewDatabase("combined");
     const writes = new WriteBatcher(store.db, store.logSynced);
     await store.db.insertInto("settings").values([{ name: "k-1", value: "" }, { name: "k-2", value: "" }, { name: "k-3", value: "" }]).execute();
     const statements: string[][] = [];
@@ -345,10 +345,7 @@ describe("two write batchers on one database, as in two instances", () => {
 
 describe("API creates arriving together", () => {
   it("are one read and one write for the group, each create answered as it would be alone, and a create whose student another create took answers record_exists", async () => {
-    const database = await createPostgresDatabase();
-    onTestFinished(() => database.drop());
-    const store = await openStore({ dataDir: dirs("creates"), databaseUrl: database.url });
-    onTestFinished(() => store.close());
+    const store = await storeOnNewDatabase("creates");
     await importSchool(store.db, smallSchool(), { mode: "test" });
     const apiKey = await createApiKey(store.db, { mode: "test", scopes: ["attendance:write"] });
     const [math] = await store.db.selectFrom("sessions").select("id").where("course_code", "=", "MATH").orderBy("starts_at").execute();
@@ -397,10 +394,7 @@ describe("API creates arriving together", () => {
 
 describe("a grouped write whose prefetch fails", () => {
   it("runs its many all the same, reading for itself: the failed prefetch is not left to run after the many that waits for it", async () => {
-    const database = await createPostgresDatabase();
-    onTestFinished(() => database.drop());
-    const store = await openStore({ dataDir: dirs("prefetch"), databaseUrl: database.url });
-    onTestFinished(() => store.close());
+    const store = await storeOnNewDatabase("prefetch");
     const gate = new IdempotencyGate(new WriteBatcher(store.db, store.logSynced));
     let prefetches = 0;
     const seen = new Map<string, unknown>();
