@@ -8,6 +8,7 @@
 // port missing or busy, a timeout, the device gone, a malformed console line) is over: the port is
 // released and the transcript saved before the error reaches the caller, so a failed test never
 // leaves a locked port behind, and the error names what failed and shows the last lines seen.
+import { once } from "node:events";
 import { existsSync } from "node:fs";
 import { ReadlineParser } from "@serialport/parser-readline";
 import { SerialPortStream, type OpenOptions } from "@serialport/stream";
@@ -395,17 +396,12 @@ export class SerialConsole {
   }
 }
 
-/** Resolves when a close under way ends, whether it ended well or with an error. */
+/** Resolves when a close under way ends, whether it ended well or with an error (events.once rejects on 'error'). */
 function closeEnded(port: SerialPortStream): Promise<void> {
-  return new Promise((resolve) => {
-    const ended = () => {
-      port.off("close", ended);
-      port.off("error", ended);
-      resolve();
-    };
-    port.on("close", ended);
-    port.on("error", ended);
-  });
+  return once(port, "close").then(
+    () => undefined,
+    () => undefined,
+  );
 }
 
 function checkOptions(options: SerialConsoleOptions): void {
