@@ -64,12 +64,15 @@ export interface App {
   gate: IdempotencyGate;
   /** what moves staged rollouts on their own; the server's timer calls evaluateAll */
   rollouts: RolloutEvaluator;
+  /** resolves once the badge checks answered so far are recorded (a check is answered before its record commits) */
+  checksRecorded(): Promise<void>;
 }
 
 export async function createApp({ store, releases, logger, webhooks, hotRoutes = true, authFailures, mcpAllowedOrigins = [], clock = () => new Date(), downloads }: AppDeps): Promise<App> {
   const cursorSecret = await getOrCreateSetting(store.db, "cursor_secret", () => randomBytes(32).toString("hex"));
   const codec = new CursorCodec(Buffer.from(cursorSecret, "hex"));
   const writes = new WriteBatcher(store.db, store.logSynced);
+  const checksRecorded = () => writes.answeredAheadSettled();
   const gate = new IdempotencyGate(writes);
   const deps = { db: store.db, codec, gate };
   const rollouts = new RolloutEvaluator({ db: store.db, writes, releases, clock, logger });
@@ -98,7 +101,7 @@ export async function createApp({ store, releases, logger, webhooks, hotRoutes =
   const v1 = express.Router();
   v1.use(attendanceRoutes(deps));
   v1.use(sessionsRoutes(deps));
-  v1.use(devicesRoutes({ ...deps, releases }));
+  v1.use(devicesRoutes({ ...deps, releases, checksRecorded }));
   v1.use(webhookEndpointsRoutes({ ...deps, webhooks, logSynced: store.logSynced }));
   v1.use(eventsRoutes(deps));
   v1.use(releasesRoutes({ ...deps, releases }));
@@ -115,12 +118,12 @@ export async function createApp({ store, releases, logger, webhooks, hotRoutes =
   app.use(notFoundRoute);
   app.use(appErrors);
   const shed = failedAuthenticationGate(failures, authenticate, authenticateDevice, logger, appErrors);
-  if (!hotRoutes) return { handler: shedFailedAuthentication(shed, app), gate, rollouts };
+  if (!hotRoutes) return { handler: shedFailedAuthentication(shed, app), gate, rollouts, checksRecorded };
   // A hot route runs what Express runs for its path: the entry list above, then the router's
   // own steps (the same arrays its router mounts). test/server/hot-routes.test.ts compares the answers.
   const create: HotRoute = { method: "POST", path: "/v1/attendance", steps: [...v1Entry, ...createRecordSteps(deps)], onError: [appErrors] };
   const sync: HotRoute = { ...badge.sync, steps: [...syncEntry, ...badge.sync.steps] };
-  return { handler: shedFailedAuthentication(shed, withHotRoutes([create, badge.check, sync], app)), gate, rollouts };
+  return { handler: shedFailedAuthentication(shed, withHotRoutes([create, badge.check, sync], app)), gate, rollouts, checksRecorded };
 }
 
 const noNext = () => {};

@@ -50,6 +50,8 @@ export interface RunningServer {
   store: Store;
   /** evaluates open staged rollouts now (what the server's timer runs) */
   evaluateRollouts(): Promise<void>;
+  /** resolves once the badge checks answered so far are recorded (a check is answered before its record commits) */
+  checksRecorded(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -84,7 +86,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const load = new ServerLoad();
   const worker = new DeliveryWorker({ db: store.db, sender, config: webhookConfig, logger, load });
   const webhooks = { sender, config: webhookConfig, wake: worker.wake };
-  const { handler, gate, rollouts } = await createApp({
+  const { handler, gate, rollouts, checksRecorded } = await createApp({
     store,
     releases: openReleaseStores(store.db, options.dataDir, options.releases, store.changes),
     logger,
@@ -140,6 +142,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     url,
     store,
     evaluateRollouts: () => rollouts.evaluateAll(),
+    checksRecorded,
     async close() {
       clearInterval(purge);
       clearInterval(evaluation);
@@ -148,6 +151,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         server.closeIdleConnections();
       });
       await worker.stop();
+      // The last checks were answered before their records committed: those records are written first.
+      await checksRecorded();
       await store.close();
     },
   };

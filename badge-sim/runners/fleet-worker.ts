@@ -7,6 +7,7 @@
 // every badge of the thread holds alike (the factory image, the release; hardware/slot-pages.ts),
 // so a live badge costs its few pages written differently, not two 1.9 MiB slots.
 import { once } from "node:events";
+import os from "node:os";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { setImmediate as yieldToIo, setTimeout as sleep } from "node:timers/promises";
 import { parentPort, workerData } from "node:worker_threads";
@@ -46,6 +47,8 @@ class LinkCut extends Error {}
 const post = (message: WorkerMessage) => parentPort!.postMessage(message);
 
 async function runShard(shard: Shard): Promise<void> {
+  // On Linux the nice value is the calling thread's, so this thread's alone.
+  if (shard.threadNice !== 0) os.setPriority(shard.threadNice);
   const began = performance.now();
   const run: ShardRun = {
     shard,

@@ -90,6 +90,12 @@ export interface FleetOptions {
    * (default 1); below 1 the wait is compressed, and the badges come back sooner than asked.
    */
   busyWallScale?: number;
+  /**
+   * The nice value of the badges' threads (Linux: per thread; default 0). A benchmark whose
+   * servers share the machine gives them 10, so the servers' time measures the servers: real
+   * badges are separate devices that never take the server's CPU.
+   */
+  threadNice?: number;
 }
 
 export interface FleetProgress {
@@ -219,6 +225,7 @@ export interface Shard {
   /** what the badges' link does to downloads (cutShare, resume) and its seed */
   link: { cutShare: number; resume: boolean; seed: number };
   comeback: { max: number; busyWallScale: number };
+  threadNice: number;
   badges: Array<{ index: number; spec: FleetBadge; serverUrl: string; bootAt: number; pressAt: number | null }>;
   /** Int32 [downloads in flight, the most at once], shared by all the workers */
   downloads: SharedArrayBuffer;
@@ -269,6 +276,9 @@ export async function runFleet(options: FleetOptions): Promise<FleetSummary> {
   const busyWallScale = options.busyWallScale ?? 1;
   if (!(busyWallScale >= 0)) throw new RangeError(`busyWallScale ${busyWallScale} must be 0 or more`);
 
+  const threadNice = options.threadNice ?? 0;
+  if (!(Number.isInteger(threadNice) && threadNice >= 0 && threadNice <= 19)) throw new RangeError(`threadNice ${threadNice} must be a whole number from 0 to 19`);
+
   const random = seededRandom(options.seed ?? 1);
   // In whole numbers, so the count is exactly the share of the fleet, rounded.
   const askers = Math.round(updateShare * badges.length);
@@ -287,6 +297,7 @@ export async function runFleet(options: FleetOptions): Promise<FleetSummary> {
     sampleMs,
     link: { cutShare, resume: options.resume ?? true, seed: seed * 1_000 + thread },
     comeback: { max: maxComebacks, busyWallScale },
+    threadNice,
     badges: [],
     downloads,
   }));

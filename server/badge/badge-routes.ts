@@ -45,7 +45,7 @@ export function badgeRoutes(
   // routes are built from them, so the two paths cannot run different steps.
   const entry: Step[] = [deviceAuth(deps.authenticateDevice, deps.failures)];
   const text = textBody(MAX_REQUEST_BYTES);
-  const checkSteps: Step[] = [text, otaCheck(deps.openRollout, writes, deps.releases)];
+  const checkSteps: Step[] = [text, otaCheck(deps.openRollout, writes, deps.releases, deps.logger)];
   const syncSteps: Step[] = [text, badgeSync(writes, deps.rollouts, deps.clock)];
   const errors = badgeErrorMiddleware(deps.logger);
   router.use(...entry);

@@ -4,6 +4,7 @@
 // A badge that announced `sig=ed25519` is also sent a signed release's `G <key id> <signature>`
 // after `P` (firmware/badge-protocol.ts); any other badge gets the offer it always got.
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
 import { announcesSignatures, downloadPath, parseBadgeRequest, SIGNATURE_LETTER, type ResponseLine } from "../../firmware/index.ts";
 import type { ReleaseStores } from "../releases/release-store.ts";
 import { spreadRecheckS } from "../services/load-shaping.ts";
@@ -27,11 +28,12 @@ function linesOf(decision: CheckDecision, verifiesSignatures: boolean): Response
   ];
 }
 
-export function otaCheck(openRollout: OpenRollout, writes: WriteBatcher, releases: ReleaseStores) {
+export function otaCheck(openRollout: OpenRollout, writes: WriteBatcher, releases: ReleaseStores, logger: Logger) {
   return async (req: IncomingMessage, res: ServerResponse) => {
     const request = parseBadgeRequest(req.body);
     const device = deviceOf(req);
-    const decision = await answerCheck(openRollout, writes, releases, device, request.status);
+    const { decision, recorded } = await answerCheck(openRollout, writes, releases, device, request.status);
+    recorded.catch((err: unknown) => logger.error({ err, deviceId: device.id }, "recording a check failed"));
     // Spread per badge, so a fleet told the same interval at once does not come back at once.
     sendLines(res, 200, spreadRecheckS(decision.recheckAfterS, device.id), linesOf(decision, announcesSignatures(request)));
   };

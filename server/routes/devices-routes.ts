@@ -41,7 +41,12 @@ export const tapsQuery = z.strictObject({
 });
 
 
-export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; releases: ReleaseStores; gate: IdempotencyGate }): Router {
+/**
+ * `checksRecorded`: resolves once the checks answered so far on this instance are recorded (their
+ * records are written after the answer, services/ota-offer.ts): a read awaits it, so it shows
+ * every check answered before it.
+ */
+export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; releases: ReleaseStores; gate: IdempotencyGate; checksRecorded: () => Promise<void> }): Router {
   const router = Router();
 
   router.get("/devices", requireScope("devices:read"), async (req, res) => {
@@ -49,6 +54,7 @@ export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; 
     const filters = filterFingerprint("devices", filterParams);
     const position = cursor === undefined ? undefined : deps.codec.decode(cursor, filters);
     const livemode = principalOf(req).livemode;
+    await deps.checksRecorded();
     const fleet = await listFleet(deps.db, await deps.releases[livemode].read(), new Date(), {
       livemode,
       ...filterParams,
@@ -68,6 +74,7 @@ export function devicesRoutes(deps: { db: Kysely<Database>; codec: CursorCodec; 
 
   router.get("/devices/:id", requireScope("devices:read"), async (req, res) => {
     const livemode = principalOf(req).livemode;
+    await deps.checksRecorded();
     res.json(await deviceView(deps.db, livemode, pathId(req.params), await deps.releases[livemode].read(), new Date()));
   });
 

@@ -33,15 +33,30 @@ export function decideOffer(status: BadgeStatus, target: ReleaseEntry | undefine
 }
 
 /**
- * Decides the check of a parsed request and records it on the badge's devices row (the version
- * offered, if any). The target is the staged rollout's release for a badge inside its current
- * stage (services/rollouts.ts), else the fleet's or the badge's canary release.
+ * Decides the check of a parsed request and records it on the badge's devices row (the status it
+ * reported, the version offered, if any). The target is the staged rollout's release for a badge
+ * inside its current stage (services/rollouts.ts), else the fleet's or the badge's canary release.
+ *
+ * The decision is answered at once; `recorded` settles when the record is committed. The answer
+ * does not depend on the record, and the record is the badge's own status, which its next check
+ * or sync reports again: a badge is not kept waiting for a group commit (with 5,000 badges
+ * checking at the same moment, their answers waited hundreds of ms for each other's commits).
+ * A read on this instance after the answer still sees the record (WriteBatcher.answeredAheadSettled).
  */
-export async function answerCheck(openRollout: OpenRollout, writes: WriteBatcher, releases: ReleaseStores, device: DevicePrincipal, status: BadgeStatus): Promise<CheckDecision> {
+export async function answerCheck(
+  openRollout: OpenRollout,
+  writes: WriteBatcher,
+  releases: ReleaseStores,
+  device: DevicePrincipal,
+  status: BadgeStatus,
+): Promise<{ decision: CheckDecision; recorded: Promise<void> }> {
   const target = await offeredRelease(openRollout, await releases[device.livemode].read(), device.livemode, device.id);
   const decision = decideOffer(status, target);
   const offered = decision.kind === "offer" ? decision.release.version : null;
   const now = new Date().toISOString();
-  await writes.runCombinable(checkRecords, { id: device.id, report: deviceReportOf(status), now, offeredVersion: offered }, { lockKey: lockKeys.device(device.id) });
-  return decision;
+  const recorded = writes.runCombinable(checkRecords, { id: device.id, report: deviceReportOf(status), now, offeredVersion: offered }, {
+    lockKey: lockKeys.device(device.id),
+    answeredAhead: true,
+  });
+  return { decision, recorded };
 }

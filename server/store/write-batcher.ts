@@ -3,7 +3,8 @@
 // sync of the log; requests that arrive together (a fleet checking in, many downloads ending,
 // integrators posting records) have their writes run in one transaction and pay one sync. A
 // request is answered only after its own write committed and the log holding it is on disk, so
-// nothing acknowledged can be lost.
+// nothing acknowledged can be lost. The one write answered ahead of its commit is a badge check's
+// record of the badge's status (services/ota-offer.ts): nothing is acknowledged by it.
 import { CompiledQuery, type Kysely, type Transaction } from "kysely";
 import { noteCommitted } from "./change-feed.ts";
 import { isLockConflict, isPostgres, isRefusedAfterFailure } from "./dialect.ts";
@@ -87,6 +88,8 @@ export class WriteBatcher {
   #collecting: { openedAt: number } | undefined;
   /** the lock keys of the groups being written now (a key is in one group at most: #writeReady) */
   readonly #keysWriting = new Set<string>();
+  /** the writes queued with `answeredAhead`, until each settles */
+  readonly #answeredAhead = new Set<Promise<unknown>>();
 
   /** `synced` resolves once what was committed before the call is durable (Store.logSynced). */
   constructor(db: Kysely<Database>, synced: () => Promise<void>) {
@@ -116,9 +119,30 @@ export class WriteBatcher {
    * writes run in its transaction). If that statement fails for another reason than a lock
    * conflict, its writes run again one by one, so each hears only of its own failure.
    */
-  runCombinable<A, R>(write: CombinableWrite<A, R>, args: A, { lockKey, durable = true }: { lockKey?: string; durable?: boolean } = {}): Promise<R> {
+  runCombinable<A, R>(
+    write: CombinableWrite<A, R>,
+    args: A,
+    { lockKey, durable = true, answeredAhead = false }: { lockKey?: string; durable?: boolean; answeredAhead?: boolean } = {},
+  ): Promise<R> {
     const combinable = { write: write as CombinableWrite<unknown, unknown>, args };
-    return this.#queue({ work: (trx) => write.one(trx, args), durable, lockKey, conflicts: 0, combinable }) as Promise<R>;
+    const written = this.#queue({ work: (trx) => write.one(trx, args), durable, lockKey, conflicts: 0, combinable }) as Promise<R>;
+    if (answeredAhead) {
+      this.#answeredAhead.add(written);
+      const settle = () => void this.#answeredAhead.delete(written);
+      written.then(settle, settle);
+    }
+    return written;
+  }
+
+  /**
+   * Resolves once every write queued with `answeredAhead` (its caller answered before the write
+   * committed: a badge's check) before the call has settled. A read on this instance awaits it
+   * first, so it sees what was answered before it; on another instance a read may see it one
+   * group commit later.
+   */
+  answeredAheadSettled(): Promise<void> {
+    if (this.#answeredAhead.size === 0) return Promise.resolve();
+    return Promise.allSettled([...this.#answeredAhead]).then(() => undefined);
   }
 
   #queue(item: Omit<Pending, "resolve" | "reject">): Promise<unknown> {

@@ -155,3 +155,10 @@ describe("badgebench sim fleet", () => {
     expect(result.stderr).toMatch(/^badgebench: --server needs an API key: --key KEY or BADGEBENCH_API_KEY .*\n$/);
   });
 });
+
+describe("runFleet's threadNice", () => {
+  it.each([-1, 20, 2.5])("refuses %s before any badge starts: the badges' threads may only be made nicer, 0 to 19", async (threadNice) => {
+    const fleet = runFleet({ serverUrl: "http://127.0.0.1:9", badges: [{ token: "dtk_test_x", version: "1.4.0", battery: { volts: 4.1, charging: true } }], updateShare: 0, spreadMs: 0, threadNice });
+    await expect(fleet).rejects.toThrow(new RangeError(`threadNice ${threadNice} must be a whole number from 0 to 19`));
+  });
+});

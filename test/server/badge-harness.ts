@@ -103,6 +103,9 @@ export async function startBadgeHarness(
       body,
     });
     const text = await response.text();
+    // A check is answered before its record commits (services/ota-offer.ts); the tests read the
+    // rows after a request, so it returns once the record is written.
+    await server.checksRecorded();
     const parsed = parseResponse(text);
     const lines = parsed.ok ? parsed.lines : undefined;
     return {

@@ -41,6 +41,8 @@ export interface FuzzTarget {
 export interface FuzzServer {
   url: string;
   db: Kysely<Database>;
+  /** resolves once the checks answered so far are recorded: a check's record commits after its answer */
+  checksRecorded(): Promise<void>;
 }
 
 /** One request over its own connection, nothing normalised (unlike fetch, which re-encodes the URL and forbids some methods and headers). */
@@ -157,6 +159,7 @@ export async function checkAnswer(server: FuzzServer, target: FuzzTarget, reques
   if (answer.status >= 500) fail(`a ${answer.status} answer`, request, answer);
   checkFormat(target.protocol, request, answer);
   if (answer.headers["content-type"] === "application/octet-stream") await downloadRecorded(server.db);
+  await server.checksRecorded();
   if (answer.status < 400) return answer;
   const after = await tableChecksums(server.db);
   const changed = Object.keys(after).filter((table) => after[table] !== before[table]);

@@ -67,6 +67,7 @@ export async function startFuzzFixture(): Promise<FuzzFixture> {
     harness: h,
     url: h.url,
     db: h.server.store.db,
+    checksRecorded: () => h.server.checksRecorded(),
     targets: [v1Queries(ctx), v1PathIds(ctx), v1Bodies(ctx), badgeBodies(ctx), badgeDownloads(ctx)],
     close: () => h.close(),
   };

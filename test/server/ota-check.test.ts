@@ -1,9 +1,13 @@
 // POST /api/badge/ota/check as SPEC 4.8 defines it, and every bad request a badge (or anyone
 // holding its token) can send: each gets a defined answer and changes nothing.
+import { setTimeout as delay } from "node:timers/promises";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { md5Hex } from "../../firmware/index.ts";
 import { RECHECK_SPREAD, spreadRecheckS } from "../../server/services/load-shaping.ts";
+import { createDevice } from "../../server/services/devices.ts";
 import { lines, startBadgeHarness, type BadgeHarness } from "./badge-harness.ts";
+import { TEST_STORE } from "./test-database.ts";
 
 let h: BadgeHarness;
 beforeAll(async () => {
@@ -135,5 +139,55 @@ describe("with 1.4.0 published to the fleet", () => {
       expect(answer.headers.get("www-authenticate")).toMatch(/^Bearer/);
       expect(answer.get("X")).toMatch(/^unauthorized /);
     });
+  });
+});
+
+// A check is answered before its record commits (services/ota-offer.ts): a fleet checking at
+// once does not wait for each other's group commits. On PostgreSQL another connection can hold
+// the badge's row locked, so the record waits while the answer goes out; SQLite's writes block
+// the whole process, so there the record cannot be held back from outside.
+describe.runIf(TEST_STORE === "postgres")("a check's record, written after its answer", () => {
+  /** How long the lock stays at most: only a server that makes the answer or the read wait meets it. */
+  const MAX_LOCK_MS = 10_000;
+
+  it("answers while the badge's row is locked, and a device read sent after the answer shows the record", async () => {
+    const device = await createDevice(h.server.store.db, { mode: "test", room: "R1", model: "badge-v2" });
+    const locker = new pg.Client({ connectionString: h.databaseUrl });
+    await locker.connect();
+    let released = false;
+    const release = async () => {
+      if (released) return;
+      released = true;
+      await locker.query("commit");
+    };
+    try {
+      await locker.query("begin");
+      await locker.query("select 1 from devices where id = $1 for update", [device.id]);
+      const fallback = setTimeout(() => void release(), MAX_LOCK_MS);
+      try {
+        const check = await fetch(`${h.url}/api/badge/ota/check`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${device.token}`, "content-type": "text/plain" },
+          body: lines("v=1", "sv=1.3.2", "bat=3.71", "chg=1"),
+        });
+        expect(await check.text()).toMatch(/^V1\n/);
+        expect(released, "the check was answered only once its record could commit").toBe(false);
+
+        // The read waits for the record: were it answered from the rows as they are, it would
+        // come back while the lock holds, without the check's status.
+        const read = h.api(`/v1/devices/${device.id}`, h.keys.admin);
+        await Promise.race([read, delay(1_000)]);
+        await release();
+        const seen = await read;
+        expect(seen.status).toBe(200);
+        expect(seen.body).toMatchObject({ battery: { volts: 3.71, charging: true } });
+        expect(seen.body.last_check_at).not.toBeNull();
+      } finally {
+        clearTimeout(fallback);
+      }
+    } finally {
+      await release();
+      await locker.end();
+    }
   });
 });

@@ -172,6 +172,7 @@ describe("the same badges checking in on every instance at once", () => {
     // here they update the same devices rows in opposite orders: PostgreSQL ends some of those
     // transactions' statements with `deadlock detected`, which the batcher must run again.
     const fleet = await Promise.all(Array.from({ length: 24 }, () => createDevice(store.db, { mode: "test", room: "R1", model: "badge-v2" })));
+    const reader = (await createApiKey(store.db, { mode: "test", scopes: ["devices:read"] })).secret;
     const orderOf = (instance: number) => {
       const rotated = [...fleet.slice(instance * 8), ...fleet.slice(0, instance * 8)];
       return instance % 2 === 0 ? rotated : rotated.reverse();
@@ -193,6 +194,13 @@ describe("the same badges checking in on every instance at once", () => {
         ),
       );
       expect(statuses.filter((status) => status !== 200)).toEqual([]);
+      // A check is answered before its record commits; a device read on an instance waits for
+      // the records of the checks it answered, so after one read on each, every record is in.
+      for (const server of servers) {
+        const read = await fetch(`${server.url}/v1/devices?limit=1`, { headers: { authorization: `Bearer ${reader}` } });
+        expect(read.status).toBe(200);
+        await read.arrayBuffer();
+      }
       const rows = await store.db.selectFrom("devices").select(["id", "battery_volts"]).where("id", "in", fleet.map((d) => d.id)).execute();
       expect(rows.map((row) => row.battery_volts)).toEqual(fleet.map(() => Number(battery)));
     }
