@@ -11,7 +11,9 @@
 //   `current()` when a notification arrives: the next request reads afresh. Whatever happens to
 //   that connection (dropped, silently cut, reconnecting), `current()` also reads the version row
 //   when it was last confirmed `checkIntervalMs` or longer ago, so a change is seen at most
-//   `checkIntervalMs` (plus one short read) after its commit, notification or not.
+//   `checkIntervalMs` (plus one short read) after its commit, notification or not. The row is
+//   read ahead, behind a request's answer, from half the interval on: requests wait for the read
+//   only when the pool kept it longer than the other half.
 import { randomUUID } from "node:crypto";
 import { sql } from "kysely";
 import type pg from "pg";
@@ -138,7 +140,14 @@ export class PostgresChangeFeed implements ChangeFeed {
   }
 
   current(): number | Promise<number> {
-    if (this.#options.now() - this.#confirmedAt < this.#options.checkIntervalMs) return this.#moves + localChanges;
+    const sinceConfirmed = this.#options.now() - this.#confirmedAt;
+    if (sinceConfirmed < this.#options.checkIntervalMs) {
+      // Past half the interval the version row is read behind the answer, so that on a busy pool
+      // no request waits for it (a fleet's checks did, every interval, for as long as the read
+      // queued). A failed read leaves the bound to the read a request waits for.
+      if (sinceConfirmed >= this.#options.checkIntervalMs / 2 && !this.#reading) this.#confirm().catch(() => {});
+      return this.#moves + localChanges;
+    }
     return this.#confirm().then(() => this.#moves + localChanges);
   }
 
