@@ -47,8 +47,9 @@ class LinkCut extends Error {}
 const post = (message: WorkerMessage) => parentPort!.postMessage(message);
 
 async function runShard(shard: Shard): Promise<void> {
-  // On Linux the nice value is the calling thread's, so this thread's alone.
-  if (shard.threadNice !== 0) os.setPriority(shard.threadNice);
+  // On Linux the nice value is the calling thread's, so this thread's alone; elsewhere it is the
+  // whole process's (a server running in it too), so it is left as it is.
+  if (shard.threadNice !== 0 && process.platform === "linux") os.setPriority(shard.threadNice);
   const began = performance.now();
   const run: ShardRun = {
     shard,

@@ -38,10 +38,12 @@ export function decideOffer(status: BadgeStatus, target: ReleaseEntry | undefine
  * inside its current stage (services/rollouts.ts), else the fleet's or the badge's canary release.
  *
  * The decision is answered at once; `recorded` settles when the record is committed. The answer
- * does not depend on the record, and the record is the badge's own status, which its next check
- * or sync reports again: a badge is not kept waiting for a group commit (with 5,000 badges
- * checking at the same moment, their answers waited hundreds of ms for each other's commits).
- * A read on this instance after the answer still sees the record (WriteBatcher.answeredAheadSettled).
+ * does not depend on the record, and the record acknowledges nothing: the badge's status, which its
+ * next check or sync reports again, and the version offered, which its next check offers again. A
+ * badge is not kept waiting for a group commit (with 5,000 badges checking at the same moment,
+ * their answers waited hundreds of ms for each other's commits). A read on this instance after
+ * the answer still sees the record (WriteBatcher.answeredAheadSettled); a record that arrives
+ * after newer status of the badge is dropped (devices-store.ts recordCheck).
  */
 export async function answerCheck(
   openRollout: OpenRollout,
@@ -57,6 +59,8 @@ export async function answerCheck(
   const recorded = writes.runCombinable(checkRecords, { id: device.id, report: deviceReportOf(status), now, offeredVersion: offered }, {
     lockKey: lockKeys.device(device.id),
     answeredAhead: true,
+    // Nobody waits for it to be durable: on SQLite a group of checks alone skips the log sync.
+    durable: false,
   });
   return { decision, recorded };
 }

@@ -62,6 +62,10 @@ export interface DeviceReport {
   charging: Livemode | null;
 }
 
+// A check is answered before its record commits (services/ota-offer.ts), so its record may reach
+// the row after a later check or sync of the same badge (a record retried after a lost deadlock,
+// or the sync served by another instance): a record older than what the row holds is dropped,
+// never written over newer status.
 export const recordCheck = compiledQuery((db: Db, id: string, report: DeviceReport, now: string, offeredVersion: string | null) =>
   db
     .updateTable("devices")
@@ -70,7 +74,9 @@ export const recordCheck = compiledQuery((db: Db, id: string, report: DeviceRepo
       last_check_at: now,
       ...(offeredVersion === null ? {} : { offered_version: offeredVersion, offered_at: now }),
     })
-    .where("id", "=", id),
+    .where("id", "=", id)
+    .where((eb) => eb(eb.fn.coalesce("last_check_at", eb.val("")), "<=", now))
+    .where((eb) => eb(eb.fn.coalesce("last_sync_at", eb.val("")), "<=", now)),
 );
 
 /** One check's record: the badge, what it reported, when, and the version offered to it (null: none). */
@@ -96,7 +102,9 @@ from (
     as t(id, installed_version, installed_display, battery_volts, charging, checked_at, offered_version)
   order by id
 ) as c
-where devices.id = c.id`;
+where devices.id = c.id
+  and coalesce(devices.last_check_at, '') <= c.checked_at
+  and coalesce(devices.last_sync_at, '') <= c.checked_at`;
 prepareAsHot(RECORD_CHECKS_SQL);
 
 /**
@@ -106,8 +114,13 @@ prepareAsHot(RECORD_CHECKS_SQL);
 export const checkRecords: CombinableWrite<CheckRecord> = {
   one: async (db, check) => void (await recordCheck(db, check.id, check.report, check.now, check.offeredVersion)),
   async many(db, checks) {
-    // A badge twice in one group (a retry racing its first check): its last check is kept, as one after the other would.
-    const last = [...new Map(checks.map((check) => [check.id, check])).values()];
+    // A badge twice in one group (a retry racing its first check): its newest check is kept, as one after the other would.
+    const newest = new Map<string, CheckRecord>();
+    for (const check of checks) {
+      const kept = newest.get(check.id);
+      if (!kept || kept.now <= check.now) newest.set(check.id, check);
+    }
+    const last = [...newest.values()];
     const column = <T>(pick: (check: CheckRecord) => T) => last.map(pick);
     await db.executeQuery(
       CompiledQuery.raw(RECORD_CHECKS_SQL, [

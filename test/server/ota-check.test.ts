@@ -175,8 +175,10 @@ describe.runIf(TEST_STORE === "postgres")("a check's record, written after its a
 
         // The read waits for the record: were it answered from the rows as they are, it would
         // come back while the lock holds, without the check's status.
-        const read = h.api(`/v1/devices/${device.id}`, h.keys.admin);
+        let readAnswered = false;
+        const read = h.api(`/v1/devices/${device.id}`, h.keys.admin).finally(() => (readAnswered = true));
         await Promise.race([read, delay(1_000)]);
+        expect(readAnswered, "the read was answered while the record could not commit").toBe(false);
         await release();
         const seen = await read;
         expect(seen.status).toBe(200);

@@ -9,7 +9,7 @@ import { createDevice } from "../../server/services/devices.ts";
 import { importSchool } from "../../server/services/school-import.ts";
 import { countRecordsByMethod, explainRecordsPage, gatherRecordStatistics, insertRecords } from "../../server/store/attendance-store.ts";
 import { openStore, type Store } from "../../server/store/database.ts";
-import { countDevicesOffered, recordCheck } from "../../server/store/devices-store.ts";
+import { checkRecords, countDevicesOffered, recordCheck, recordSync } from "../../server/store/devices-store.ts";
 import { countFetchesByOutcome, finishFetch, insertFetch } from "../../server/store/ota-store.ts";
 import type { RecordsTable, TapResult } from "../../server/store/schema.ts";
 import { countTapsByResult, insertTaps } from "../../server/store/taps-store.ts";
@@ -118,5 +118,52 @@ describe("records: the benchmark's counts and the list query's plan", () => {
       if (TEST_STORE === "sqlite") expect(plan.join("\n")).toContain("records_by_time");
       else expect(plan.at(-1)).toMatch(/^Execution Time: /);
     }
+  });
+});
+
+// A check is answered before its record commits, so its record can reach the row after a newer
+// check or sync of the badge (a retry after a lost deadlock, a sync served by another instance).
+describe("a check's record that arrives late", () => {
+  const older = { installed_version: "1.4.0", installed_display: "1.4.0", battery_volts: 3.9, charging: 0 as const };
+  const newer = { installed_version: "1.5.0", installed_display: "1.5.0", battery_volts: 4.0, charging: 1 as const };
+  const EARLIER = "2026-03-02T09:00:00.000Z";
+  const LATER = "2026-03-02T09:00:05.000Z";
+  const statusOf = (id: string) =>
+    store.db.selectFrom("devices").select(["installed_version", "battery_volts", "charging", "last_check_at", "last_sync_at"]).where("id", "=", id).executeTakeFirstOrThrow();
+  const newDevice = async () => (await createDevice(store.db, { mode: "test", room: "R101", model: "m1" })).id;
+
+  // `many` is PostgreSQL's one statement for a group's checks; SQLite runs each as `one`.
+  const writes: ReadonlyArray<"one" | "many"> = TEST_STORE === "postgres" ? ["one", "many"] : ["one"];
+
+  it("is dropped after a newer sync of the badge, alone or in a group's one statement", async () => {
+    for (const write of writes) {
+      const id = await newDevice();
+      await recordSync(store.db, id, newer, LATER);
+      const check = { id, report: older, now: EARLIER, offeredVersion: "1.5.0" };
+      await (write === "one" ? checkRecords.one(store.db, check) : checkRecords.many(store.db, [check]));
+      expect(await statusOf(id), write).toEqual({ installed_version: "1.5.0", battery_volts: 4.0, charging: 1, last_check_at: null, last_sync_at: LATER });
+    }
+  });
+
+  it("is dropped after a newer check of the badge, and of two checks in one group the newer is kept whatever their order", async () => {
+    const id = await newDevice();
+    await checkRecords.one(store.db, { id, report: newer, now: LATER, offeredVersion: null });
+    await checkRecords.one(store.db, { id, report: older, now: EARLIER, offeredVersion: null });
+    expect(await statusOf(id)).toMatchObject({ installed_version: "1.5.0", last_check_at: LATER });
+    if (!writes.includes("many")) return;
+
+    const grouped = await newDevice();
+    await checkRecords.many(store.db, [
+      { id: grouped, report: newer, now: LATER, offeredVersion: null },
+      { id: grouped, report: older, now: EARLIER, offeredVersion: null },
+    ]);
+    expect(await statusOf(grouped)).toMatchObject({ installed_version: "1.5.0", last_check_at: LATER });
+  });
+
+  it("is written over an older sync", async () => {
+    const id = await newDevice();
+    await recordSync(store.db, id, older, EARLIER);
+    await checkRecords.one(store.db, { id, report: newer, now: LATER, offeredVersion: null });
+    expect(await statusOf(id)).toEqual({ installed_version: "1.5.0", battery_volts: 4.0, charging: 1, last_check_at: LATER, last_sync_at: EARLIER });
   });
 });
