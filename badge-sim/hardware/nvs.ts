@@ -22,6 +22,8 @@ interface Decoded {
   entries: Map<string, string>;
   /** each entry's text in the region */
   texts: Map<string, string>;
+  /** each entry's text's bytes in UTF-8 (not counted again when a checkpoint replaces it) */
+  sizes: Map<string, number>;
   /** the region's bytes: every entry's text in UTF-8 */
   bytes: number;
 }
@@ -43,14 +45,15 @@ export class Nvs {
       throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters, none of them NUL`);
     }
     const entry = `${key}${KEY_END}${value}`;
+    const size = Buffer.byteLength(entry);
     const decoded = this.#read();
     const texts: string[] = [];
     decoded.texts.forEach((text, other) => texts.push(other === key ? entry : text));
-    const before = decoded.texts.get(key);
-    if (before === undefined) texts.push(entry);
-    this.#commit(texts, decoded.bytes - (before === undefined ? 0 : Buffer.byteLength(before)) + Buffer.byteLength(entry));
+    if (!decoded.texts.has(key)) texts.push(entry);
+    this.#commit(texts, decoded.bytes - (decoded.sizes.get(key) ?? 0) + size);
     decoded.entries.set(key, value);
     decoded.texts.set(key, entry);
+    decoded.sizes.set(key, size);
   }
 
   delete(key: string): void {
@@ -60,9 +63,10 @@ export class Nvs {
     decoded.texts.forEach((text, other) => {
       if (other !== key) texts.push(text);
     });
-    this.#commit(texts, decoded.bytes - Buffer.byteLength(decoded.texts.get(key)!));
+    this.#commit(texts, decoded.bytes - decoded.sizes.get(key)!);
     decoded.entries.delete(key);
     decoded.texts.delete(key);
+    decoded.sizes.delete(key);
   }
 
   /** The entries as committed, as a map of the caller's own. */
@@ -75,8 +79,9 @@ export class Nvs {
     if (this.#decoded?.commits !== commits) {
       const texts = this.#flash.nvs;
       const list = texts.map((text): [string, string] => [text.slice(0, text.indexOf(KEY_END)), text.slice(text.indexOf(KEY_END) + 1)]);
-      const bytes = texts.reduce((sum, text) => sum + Buffer.byteLength(text), 0);
-      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])), bytes };
+      const sizes = new Map(list.map(([key], i) => [key, Buffer.byteLength(texts[i]!)]));
+      const bytes = [...sizes.values()].reduce((sum, size) => sum + size, 0);
+      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])), sizes, bytes };
     }
     return this.#decoded;
   }

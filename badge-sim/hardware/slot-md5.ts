@@ -21,6 +21,14 @@ interface Reached {
   state: Uint8Array;
   /** the states remembered from here, by the shared page hashed next; none for a state off the remembered paths */
   steps: Map<number, Reached> | null;
+  /**
+   * The step last taken from here (`lastPage` 0: none), looked at before `steps`: the next
+   * download of the same image takes it again, and reads this object only, not the map, for
+   * each of its 480 pages (between two of the server's turns little of it is in the CPU's
+   * caches; issue 25).
+   */
+  lastPage: number;
+  lastNext: Reached | null;
   /** the digest of the bytes hashed up to here, once asked */
   digest?: string;
   /** `state` in base64, once asked */
@@ -36,6 +44,11 @@ let initial: Reached | null = null;
 let sharedHasher: Promise<IHasher> | null = null;
 /** the state the shared hasher holds now, if it is one of these objects (loading it again is then skipped) */
 let hasherHolds: Reached | null = null;
+
+/** A state reached, with steps remembered from it (`remembered`) or none. */
+function reached(state: Uint8Array, remembered: boolean): Reached {
+  return { state, steps: remembered ? new Map() : null, lastPage: 0, lastNext: null };
+}
 
 export class SlotMd5 {
   readonly #hasher: IHasher;
@@ -59,15 +72,21 @@ export class SlotMd5 {
   /** Hashes `bytes`, just written to the slot; `page`: the shared page they are, as Flash.writeSlot answered. */
   update(bytes: Uint8Array, page: number | undefined): void {
     const from = this.#at;
+    if (page !== undefined && from.lastPage === page) {
+      this.#at = from.lastNext!;
+      return;
+    }
     const remember = page !== undefined && from.steps !== null;
     const known = remember ? from.steps!.get(page) : undefined;
     if (known) {
+      from.lastPage = page!;
+      from.lastNext = known;
       this.#at = known;
       return;
     }
     this.#load(from);
     this.#hasher.update(bytes);
-    const next: Reached = { state: this.#hasher.save(), steps: remember ? new Map() : null };
+    const next = reached(this.#hasher.save(), remember);
     hasherHolds = next;
     if (remember) {
       if (stepsRemembered >= MAX_STEPS) {
@@ -75,7 +94,9 @@ export class SlotMd5 {
         initial = null;
         stepsRemembered = 0;
       }
-      from.steps!.set(page, next);
+      from.steps!.set(page!, next);
+      from.lastPage = page!;
+      from.lastNext = next;
       stepsRemembered += 1;
     }
     this.#at = next;
@@ -94,7 +115,7 @@ export class SlotMd5 {
 
   /** A checkpoint's state: hashing goes on from there. */
   load(state: Uint8Array): void {
-    this.#at = { state: state.slice(), steps: null };
+    this.#at = reached(state.slice(), false);
   }
 
   /** The MD5 of everything hashed, as hex. */
@@ -117,7 +138,7 @@ export class SlotMd5 {
   static #initial(hasher: IHasher): Reached {
     if (!initial) {
       hasher.init();
-      initial = { state: hasher.save(), steps: new Map() };
+      initial = reached(hasher.save(), true);
       hasherHolds = initial;
     }
     return initial;

@@ -15,31 +15,44 @@ export const PAGE_BYTES = 4096;
 export const PAGES_PER_SLOT = Math.ceil(OTA_SLOT_BYTES / PAGE_BYTES);
 const MAX_SHARED_PER_OFFSET = 8;
 
-/** A page shared by every slot of this thread, never written once here, and its number (for fingerprints: two slots holding the same shared pages hold the same bytes). */
-interface SharedPage {
-  bytes: Uint8Array;
-  id: number;
-}
-
-/** The shared pages by page index (an array: a download looks up each of its 480 pages). */
-const sharedPages: SharedPage[][] = Array.from({ length: PAGES_PER_SLOT }, () => []);
+// The shared pages of this thread: never written once shared, each with its number (for
+// fingerprints: two slots holding the same shared pages hold the same bytes). Kept flat, up to
+// MAX_SHARED_PER_OFFSET places per page index side by side: a download looks up each of its 480
+// pages between two of the server's turns, when little of this is in the CPU's caches, and a
+// lookup then reads the index's run of places and the candidates' bytes, not a list of objects
+// (issue 25).
+const poolBytes = new Array<Uint8Array | null>(PAGES_PER_SLOT * MAX_SHARED_PER_OFFSET).fill(null);
+/** the number of the shared page in each place (0 for an empty place) */
+const poolIds = new Uint32Array(PAGES_PER_SLOT * MAX_SHARED_PER_OFFSET);
+/** the first 4 bytes of the shared page in each place, little-endian: a page that differs there is passed over without reading the page */
+const poolHeads = new Uint32Array(PAGES_PER_SLOT * MAX_SHARED_PER_OFFSET);
+/** how many places of each page index are taken */
+const poolCounts = new Uint8Array(PAGES_PER_SLOT);
 let nextSharedId = 1;
 
-/** The shared page at `index` holding exactly `bytes`, if any. */
-function sharedEqual(index: number, bytes: Uint8Array): SharedPage | undefined {
-  for (const candidate of sharedPages[index]!) if (Buffer.compare(candidate.bytes, bytes) === 0) return candidate;
-  return undefined;
+function headOf(bytes: Uint8Array): number {
+  return (bytes[0]! | (bytes[1]! << 8) | (bytes[2]! << 16) | (bytes[3]! << 24)) >>> 0;
 }
 
-/** The shared page equal to `page`, which becomes one itself while there is room; undefined when it stays private. */
-function share(index: number, page: Uint8Array): SharedPage | undefined {
+/** The place of the shared page at `index` holding exactly `bytes`, or -1. */
+function sharedEqual(index: number, bytes: Uint8Array): number {
+  const first = index * MAX_SHARED_PER_OFFSET;
+  const head = headOf(bytes);
+  for (let place = first; place < first + poolCounts[index]!; place++) {
+    if (poolHeads[place] === head && Buffer.compare(poolBytes[place]!, bytes) === 0) return place;
+  }
+  return -1;
+}
+
+/** The place of the shared page equal to `page`, which becomes one itself while there is room; -1 when it stays private. */
+function share(index: number, page: Uint8Array): number {
   const same = sharedEqual(index, page);
-  if (same) return same;
-  const candidates = sharedPages[index]!;
-  if (candidates.length >= MAX_SHARED_PER_OFFSET) return undefined;
-  const shared = { bytes: page, id: nextSharedId++ };
-  candidates.push(shared);
-  return shared;
+  if (same !== -1 || poolCounts[index] === MAX_SHARED_PER_OFFSET) return same;
+  const place = index * MAX_SHARED_PER_OFFSET + poolCounts[index]!++;
+  poolBytes[place] = page;
+  poolHeads[place] = headOf(page);
+  poolIds[place] = nextSharedId++;
+  return place;
 }
 
 export class SlotPages {
@@ -77,8 +90,8 @@ export class SlotPages {
       const take = Math.min(data.length - at, PAGE_BYTES - inPage);
       // A whole page programmed onto erased flash reads as the data itself: when another slot
       // holds that page already, take it without making a private copy first (a download's case).
-      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, take === data.length ? data : data.subarray(at, at + take)) : undefined;
-      if (shared) {
+      const shared = take === PAGE_BYTES && this.#pages[index] === null ? sharedEqual(index, take === data.length ? data : data.subarray(at, at + take)) : -1;
+      if (shared !== -1) {
         this.#holdShared(index, shared);
         at += take;
         continue;
@@ -131,12 +144,13 @@ export class SlotPages {
 
   #settle(index: number): void {
     const shared = share(index, this.#pages[index]!);
-    if (shared) this.#holdShared(index, shared);
+    if (shared !== -1) this.#holdShared(index, shared);
   }
 
-  #holdShared(index: number, shared: SharedPage): void {
-    this.#pages[index] = shared.bytes;
+  /** Holds the shared page in `place` (of the pool above) at `index`. */
+  #holdShared(index: number, place: number): void {
+    this.#pages[index] = poolBytes[place]!;
     this.#own[index] = 0;
-    this.#sharedIds[index] = shared.id;
+    this.#sharedIds[index] = poolIds[place]!;
   }
 }

@@ -106,6 +106,22 @@ export class BadgeStorage {
     this.nvs.set(KEY.resume, JSON.stringify(point));
   }
 
+  /**
+   * The checkpoints of one download: each call makes a checkpoint's two NVS commits, the install
+   * record at `bytes` and then the resume point, with the texts saveInstall and saveResumePoint
+   * write. What stays the same over the download's 30 checkpoints is written out once (issue 25).
+   */
+  checkpointWriter(record: Omit<InstallRecord, "bytes">, point: Omit<ResumePoint, "bytes" | "md5State">): (bytes: number, md5State: string) => void {
+    const { version, display, stage, total } = record;
+    const installHead = `${JSON.stringify({ version, display, stage }).slice(0, -1)},"bytes":`;
+    const installTail = `,"total":${total}}`;
+    const resumeHead = `${JSON.stringify({ version: point.version, size: point.size, md5: point.md5 }).slice(0, -1)},"bytes":`;
+    return (bytes, md5State) => {
+      this.nvs.set(KEY.install, `${installHead}${bytes}${installTail}`);
+      this.nvs.set(KEY.resume, `${resumeHead}${bytes},"md5State":${JSON.stringify(md5State)}}`);
+    };
+  }
+
   clearResumePoint(): void {
     this.nvs.delete(KEY.resume);
   }

@@ -291,6 +291,7 @@ export class BadgeEffects {
     /** when the last byte came (simulated ms): a stall is the stall timeout of silence after it */
     let lastByteAt = this.badge.clock.now();
 
+    const checkpoint = storage.checkpointWriter(record, offer);
     /** what each write is, as the battery is asked about it (one object for the download's 480 writes) */
     const moment = { activity: "download.write" as const, offset: 0, length: 0, total: offer.size };
     /** One esp_ota_write of a buffer's worth (`bytes`: the buffer, or a full buffer's worth of the chunk as it came). */
@@ -302,10 +303,7 @@ export class BadgeEffects {
       md5.update(bytes, sharedPage);
       written += bytes.length;
       buffered = 0;
-      if (written % CHECKPOINT_BYTES === 0) {
-        storage.saveInstall({ ...record, bytes: written });
-        storage.saveResumePoint({ version: offer.version, size: offer.size, md5: offer.md5, bytes: written, md5State: md5.saveBase64() });
-      }
+      if (written % CHECKPOINT_BYTES === 0) checkpoint(written, md5.saveBase64());
       const now = Math.floor((written * 100) / offer.size);
       if (now !== percent) {
         log.observe("download", `${written} of ${offer.size}`);
@@ -361,7 +359,9 @@ export class BadgeEffects {
               // A full buffer's worth in the chunk with nothing buffered is written as it came: the
               // same bytes the copy into the buffer would hold.
               if (buffered === 0 && chunk.length - at >= DOWNLOAD_BUFFER_BYTES) {
-                writeBuffer(chunk.subarray(at, (at += DOWNLOAD_BUFFER_BYTES)));
+                // a plain view: Buffer's subarray builds a Buffer, 480 times a download
+                writeBuffer(new Uint8Array(chunk.buffer, chunk.byteOffset + at, DOWNLOAD_BUFFER_BYTES));
+                at += DOWNLOAD_BUFFER_BYTES;
                 continue;
               }
               const take = Math.min(chunk.length - at, DOWNLOAD_BUFFER_BYTES - buffered);

@@ -10,6 +10,7 @@ import { Nvs } from "../../badge-sim/hardware/nvs.ts";
 import { nextEntry, OTADATA_ENTRY_BYTES, selectedSlot, validSeq } from "../../badge-sim/hardware/otadata.ts";
 import { Radio, RadioOffError } from "../../badge-sim/hardware/radio.ts";
 import { VirtualClock } from "../../badge-sim/hardware/virtual-clock.ts";
+import { BadgeStorage } from "../../badge-sim/model/badge-storage.ts";
 
 function hardware(battery = new Battery({ volts: 4.0, charging: true })) {
   const clock = new VirtualClock();
@@ -173,6 +174,41 @@ describe("NVS", () => {
     expect(() => nvs.set("bad\0key", "x")).toThrow(/none of them NUL/);
     expect(flash.nvsCommits).toBe(commits);
     expect(new Nvs(flash).entries()).toEqual(new Map(Object.entries({ ...values, json: `${values.json} ` })));
+    // each commit writes the whole region: every entry's text in UTF-8
+    nvs.delete("lines");
+    const regionBytes = (texts: readonly string[]) => texts.reduce((sum, text) => sum + Buffer.byteLength(text), 0);
+    expect(flash.writesTo("nvs").at(-1)!.length).toBe(regionBytes(flash.nvs));
+    nvs.set("accents", "Mise à jour ✓✓");
+    expect(flash.writesTo("nvs").at(-1)!.length).toBe(regionBytes(flash.nvs));
+  });
+
+  it("a download's checkpoint commits the install record and then the resume point, as saveInstall and saveResumePoint write them", () => {
+    const record = { version: "1.5.0", display: "1.5.0 \"spring\" ✓", stage: "download" as const, total: 1_966_080 };
+    const point = { version: "1.5.0", size: 1_966_080, md5: "fbedb4c1ef6f0e6d036d614ab8b5239c" };
+    /** the NVS region as each commit left it */
+    const regions = (flash: Flash) => {
+      const seen: string[][] = [];
+      flash.onOperation((operation) => {
+        if (operation.region === "nvs") seen.push([...flash.nvs]);
+      });
+      return seen;
+    };
+    const { flash } = hardware();
+    const written = new BadgeStorage(new Nvs(flash));
+    const writtenRegions = regions(flash);
+    const checkpoint = written.checkpointWriter(record, point);
+    const savedFlash = hardware().flash;
+    const saved = new BadgeStorage(new Nvs(savedFlash));
+    const savedRegions = regions(savedFlash);
+    for (const bytes of [65_536, 131_072]) {
+      checkpoint(bytes, `state+/${bytes}==`);
+      // in the order of the record the download keeps (InstallRecord's)
+      saved.saveInstall({ version: record.version, display: record.display, stage: record.stage, bytes, total: record.total });
+      saved.saveResumePoint({ ...point, bytes, md5State: `state+/${bytes}==` });
+      expect(written.install()).toEqual({ ...record, bytes });
+    }
+    expect(writtenRegions).toHaveLength(4);
+    expect(writtenRegions).toEqual(savedRegions);
   });
 });
 
