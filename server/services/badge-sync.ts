@@ -11,8 +11,8 @@ import { newId } from "../ids.ts";
 import { findEnrolments, findRecordsOf, findStudentsByCards } from "../store/attendance-store.ts";
 import { recordSync } from "../store/devices-store.ts";
 import { insertReport, latestFetch, latestReport } from "../store/ota-store.ts";
-import type { Database, DeviceTapsTable } from "../store/schema.ts";
-import { findTaps, insertTaps, sessionsInRoom } from "../store/taps-store.ts";
+import type { Database, DeviceTapsTable, EventsTable, RecordsTable } from "../store/schema.ts";
+import { findTaps, insertCaptures, sessionsInRoom } from "../store/taps-store.ts";
 import { lockKeys, together, type WriteBatcher } from "../store/write-batcher.ts";
 import { captureFromDevices, type CaptureInput } from "./attendance.ts";
 import { deviceReportOf, type DevicePrincipal } from "./devices.ts";
@@ -62,8 +62,8 @@ interface TapLookups {
 /**
  * The verdicts of new taps (none stored before), judged as a set from the cards and the room's
  * sessions read with the stored taps (answerTaps), then one round trip for the enrolments and
- * the records the captures touch, read together (pipelined), then the captures, whose inserts
- * come back unawaited (`written`) to go out with the taps' insert.
+ * the records the captures touch, read together (pipelined), then the captures, whose records
+ * and events come back to be inserted with the taps.
  */
 async function judgeTaps(
   trx: Transaction<Database>,
@@ -71,7 +71,7 @@ async function judgeTaps(
   taps: Tap[],
   verdicts: (TapVerdict | undefined)[],
   { cards, roomSessions }: TapLookups,
-): Promise<{ verdicts: TapVerdict[]; written: Promise<unknown> }> {
+): Promise<{ verdicts: TapVerdict[]; records: RecordsTable[]; events: EventsTable[] }> {
   const studentOf = new Map(cards.map((s) => [s.card_uid!, s]));
   const sessions = roomSessions.map((session) => ({ session, startsAt: Date.parse(session.starts_at), endsAt: Date.parse(session.ends_at) }));
   const matched = taps.map((tap, i) => {
@@ -94,7 +94,7 @@ async function judgeTaps(
     return { student, session, startsAt: timed.startsAt };
   });
   const candidates = matched.filter((m) => m !== undefined);
-  if (candidates.length === 0) return { verdicts: verdicts as TapVerdict[], written: Promise.resolve() };
+  if (candidates.length === 0) return { verdicts: verdicts as TapVerdict[], records: [], events: [] };
   const [enrolments, records] = await together(
     findEnrolments(
       trx,
@@ -118,7 +118,7 @@ async function judgeTaps(
     const status = tap.at.getTime() <= startsAt + LATE_AFTER_MS ? "present" : "late";
     captures.push({ index: i, input: { device, session, student, status, at: tap.at } });
   });
-  const { outcomes, written } = await captureFromDevices(trx, captures.map((c) => c.input), records.rows);
+  const { outcomes, records: newRecords, events } = await captureFromDevices(trx, captures.map((c) => c.input), records.rows);
   captures.forEach(({ index, input }, k) => {
     const { recordId, effect } = outcomes[k]!;
     verdicts[index] = {
@@ -129,7 +129,7 @@ async function judgeTaps(
       record_id: recordId,
     };
   });
-  return { verdicts: verdicts as TapVerdict[], written };
+  return { verdicts: verdicts as TapVerdict[], records: newRecords, events };
 }
 
 /** A tap stamped before the badge's clock was set, or too far ahead: its verdict without reading anything. */
@@ -170,7 +170,7 @@ async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, t
     firstOfKey.set(key, fresh.length);
     fresh.push(tap);
   });
-  const { verdicts, written } = await judgeTaps(trx, device, fresh, fresh.map((tap) => clockVerdict(tap, now)), { cards: cards?.rows ?? [], roomSessions: roomSessions?.rows ?? [] });
+  const { verdicts, records, events } = await judgeTaps(trx, device, fresh, fresh.map((tap) => clockVerdict(tap, now)), { cards: cards?.rows ?? [], roomSessions: roomSessions?.rows ?? [] });
   if (fresh.length > 0) {
     const receivedAt = now.toISOString();
     const rows = fresh.map((tap, i) => {
@@ -189,10 +189,7 @@ async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, t
         record_id: verdict.record_id,
       };
     });
-    // With the captures' records and events: one round trip (pipelined on PostgreSQL).
-    await together(written, insertTaps(trx, rows));
-  } else {
-    await written;
+    await insertCaptures(trx, records, events, rows);
   }
   return taps.map((tap, i) => {
     const key = keyOf(tap.cardUid, tappedAts[i]!);

@@ -1,6 +1,8 @@
+import { insertRecords } from "./attendance-store.ts";
 import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
-import type { Db, DeviceTapsTable, Livemode, TapResult } from "./schema.ts";
+import type { Db, DeviceTapsTable, EventsTable, Livemode, RecordsTable, TapResult } from "./schema.ts";
+import { insertEvents, postgresEventGuard } from "./webhooks-store.ts";
 
 const tapsAmong = compiledQuery((db: Db, deviceId: string, cardUids: string[], tappedAts: string[]) =>
   db
@@ -34,19 +36,48 @@ export async function findTaps(db: Db, deviceId: string, taps: readonly { cardUi
   return tapsAmong(db, deviceId, [...new Set(taps.map((t) => t.cardUid))], [...new Set(taps.map((t) => t.tappedAt))]);
 }
 
-export const insertTaps = rowsInsert("device_taps", [
-  "id",
-  "livemode",
-  "device_id",
-  "card_uid",
-  "tapped_at",
-  "received_at",
-  "result",
-  "reason",
-  "session_id",
-  "student_id",
-  "record_id",
-]);
+const TAP_COLUMNS = ["id", "livemode", "device_id", "card_uid", "tapped_at", "received_at", "result", "reason", "session_id", "student_id", "record_id"] as const;
+const RECORD_COLUMNS = ["id", "livemode", "session_id", "student_id", "course_code", "status", "recorded_at", "method", "device_id", "reason", "created_at", "updated_at"] as const;
+const EVENT_COLUMNS = ["id", "livemode", "type", "created_at", "payload"] as const;
+
+export const insertTaps = rowsInsert("device_taps", TAP_COLUMNS);
+
+// A sync's new records, their events and its taps as one statement over array parameters: one
+// executor, one plan per connection whatever the counts, where three inserts of 30 rows each were
+// three statements of up to 360 parameters. (`livemode` is the only integer column of the three.)
+const arraysOf = (columns: readonly string[], first: number) =>
+  columns.map((column, i) => `$${first + i}::${column === "livemode" ? "int" : "text"}[]`).join(", ");
+const eventGuard = postgresEventGuard(`$${RECORD_COLUMNS.length + 2}`);
+const capturesInserted = postgresStatement(
+  `with recorded as (
+     insert into records (${RECORD_COLUMNS.join(", ")})
+     select * from unnest(${arraysOf(RECORD_COLUMNS, 1)})
+   ), ${eventGuard.cte}, evented as (
+     insert into events (id, livemode, type, created_at, payload, dispatched_at)
+     select e.id, e.livemode, e.type, e.created_at, e.payload, ${eventGuard.dispatched}
+     from unnest(${arraysOf(EVENT_COLUMNS, RECORD_COLUMNS.length + 1)}) as e(${EVENT_COLUMNS.join(", ")})
+     ${eventGuard.join}
+   )
+   insert into device_taps (${TAP_COLUMNS.join(", ")})
+   select * from unnest(${arraysOf(TAP_COLUMNS, RECORD_COLUMNS.length + EVENT_COLUMNS.length + 1)})`,
+);
+
+/**
+ * A sync's writes: the records its taps made, their events (written dispatched when the mode has
+ * no enabled endpoint, as insertEvents writes them) and the taps; one statement on PostgreSQL.
+ */
+export async function insertCaptures(db: Db, records: readonly RecordsTable[], events: readonly EventsTable[], taps: readonly DeviceTapsTable[]): Promise<void> {
+  if (isPostgres(db)) {
+    const columnsOf = <Row>(rows: readonly Row[], columns: readonly (keyof Row)[]) => columns.map((column) => rows.map((row) => row[column] ?? null));
+    await capturesInserted(db, [...columnsOf(records, RECORD_COLUMNS), ...columnsOf(events, EVENT_COLUMNS), ...columnsOf(taps, TAP_COLUMNS)]);
+    return;
+  }
+  if (records.length > 0) {
+    await insertRecords(db, records);
+    await insertEvents(db, events);
+  }
+  if (taps.length > 0) await insertTaps(db, taps);
+}
 
 /**
  * The sessions in `room` that a tap between two moments can belong to: started (or starting
