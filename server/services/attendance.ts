@@ -13,6 +13,7 @@ import { CursorCodec, filterFingerprint, toPage, type ListEnvelope } from "../cu
 import { newId } from "../ids.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
+import type { WindowRecord } from "../store/taps-store.ts";
 import type { Database, Db, EventsTable, Livemode, RecordsTable } from "../store/schema.ts";
 import { eventRow, writeEvent, writeEvents } from "./outbox.ts";
 import type { Principal } from "./api-keys.ts";
@@ -365,7 +366,7 @@ export type CaptureOutcome = { recordId: string; effect: "created" | "took_over"
 
 /**
  * Device captures (the card taps of one badge sync), in order, as a set, given the records they
- * touch, read and locked by the caller (findRecordsOf): the new records and their events are
+ * touch, read and locked by the caller (recordsInWindow): the new records and their events are
  * returned for the caller to insert with its taps (insertCaptures: one statement on PostgreSQL).
  * Device captures are authoritative: a record made another way (the API) is taken over, with a history entry
  * whose actor is the device; a student already marked by a device (earlier, or by a capture
@@ -374,7 +375,7 @@ export type CaptureOutcome = { recordId: string; effect: "created" | "took_over"
 export async function captureFromDevices(
   trx: Transaction<Database>,
   captures: CaptureInput[],
-  found: readonly store.RecordOfPair[],
+  found: readonly WindowRecord[],
 ): Promise<{ outcomes: CaptureOutcome[]; records: RecordsTable[]; events: EventsTable[] }> {
   const pair = (sessionId: string, studentId: string) => `${sessionId} ${studentId}`;
   const known = new Map<string, { id: string; status: string; method: string }>();
