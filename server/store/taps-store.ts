@@ -38,28 +38,34 @@ export async function findTaps(db: Db, deviceId: string, taps: readonly { cardUi
 
 const TAP_COLUMNS = ["id", "livemode", "device_id", "card_uid", "tapped_at", "received_at", "result", "reason", "session_id", "student_id", "record_id"] as const;
 const RECORD_COLUMNS = ["id", "livemode", "session_id", "student_id", "course_code", "status", "recorded_at", "method", "device_id", "reason", "created_at", "updated_at"] as const;
-const EVENT_COLUMNS = ["id", "livemode", "type", "created_at", "payload"] as const;
+/** An event's columns but its payload, which goes apart (capturesInserted). */
+const EVENT_COLUMNS = ["id", "livemode", "type", "created_at"] as const;
 
 export const insertTaps = rowsInsert("device_taps", TAP_COLUMNS);
 
 // A sync's new records, their events and its taps as one statement over array parameters: one
 // executor, one plan per connection whatever the counts, where three inserts of 30 rows each were
 // three statements of up to 360 parameters. (`livemode` is the only integer column of the three.)
-const arraysOf = (columns: readonly string[], first: number) =>
-  columns.map((column, i) => `$${first + i}::${column === "livemode" ? "int" : "text"}[]`).join(", ");
+// The events' payloads, JSON already, go as one JSON array, whose elements PostgreSQL hands back
+// as they were written: as a text array each payload's every quote was escaped by pg (a tenth
+// of the server's CPU in a sync) and unescaped by PostgreSQL.
+const arrayTypeOf = (column: string) => `${column === "livemode" ? "int" : "text"}[]`;
+const arraysOf = (columns: readonly string[], first: number) => columns.map((column, i) => `$${first + i}::${arrayTypeOf(column)}`).join(", ");
 const eventGuard = postgresEventGuard(`$${RECORD_COLUMNS.length + 2}`);
+const PAYLOADS = RECORD_COLUMNS.length + EVENT_COLUMNS.length + 1;
 const capturesInserted = postgresStatement(
   `with recorded as (
      insert into records (${RECORD_COLUMNS.join(", ")})
      select * from unnest(${arraysOf(RECORD_COLUMNS, 1)})
    ), ${eventGuard.cte}, evented as (
      insert into events (id, livemode, type, created_at, payload, dispatched_at)
-     select e.id, e.livemode, e.type, e.created_at, e.payload, ${eventGuard.dispatched}
-     from unnest(${arraysOf(EVENT_COLUMNS, RECORD_COLUMNS.length + 1)}) as e(${EVENT_COLUMNS.join(", ")})
+     select e.id, e.livemode, e.type, e.created_at, e.payload::text, ${eventGuard.dispatched}
+     from rows from (${EVENT_COLUMNS.map((column, i) => `unnest($${RECORD_COLUMNS.length + 1 + i}::${arrayTypeOf(column)})`).join(", ")}, json_array_elements($${PAYLOADS}::json))
+       as e(${EVENT_COLUMNS.join(", ")}, payload)
      ${eventGuard.join}
    )
    insert into device_taps (${TAP_COLUMNS.join(", ")})
-   select * from unnest(${arraysOf(TAP_COLUMNS, RECORD_COLUMNS.length + EVENT_COLUMNS.length + 1)})`,
+   select * from unnest(${arraysOf(TAP_COLUMNS, PAYLOADS + 1)})`,
 );
 
 /**
@@ -69,7 +75,8 @@ const capturesInserted = postgresStatement(
 export async function insertCaptures(db: Db, records: readonly RecordsTable[], events: readonly EventsTable[], taps: readonly DeviceTapsTable[]): Promise<void> {
   if (isPostgres(db)) {
     const columnsOf = <Row>(rows: readonly Row[], columns: readonly (keyof Row)[]) => columns.map((column) => rows.map((row) => row[column] ?? null));
-    await capturesInserted(db, [...columnsOf(records, RECORD_COLUMNS), ...columnsOf(events, EVENT_COLUMNS), ...columnsOf(taps, TAP_COLUMNS)]);
+    const payloads = `[${events.map((event) => event.payload).join(",")}]`;
+    await capturesInserted(db, [...columnsOf(records, RECORD_COLUMNS), ...columnsOf(events, EVENT_COLUMNS), payloads, ...columnsOf(taps, TAP_COLUMNS)]);
     return;
   }
   if (records.length > 0) {
