@@ -13,11 +13,12 @@ import { CursorCodec, filterFingerprint, toPage, type ListEnvelope } from "../cu
 import { newId } from "../ids.ts";
 import * as store from "../store/attendance-store.ts";
 import { findSession } from "../store/sessions-store.ts";
+import type { WindowRecord } from "../store/taps-store.ts";
 import type { Database, Db, EventsTable, Livemode, RecordsTable } from "../store/schema.ts";
 import { eventRow, writeEvent, writeEvents } from "./outbox.ts";
 import type { Principal } from "./api-keys.ts";
 import { groupedWrite, keyAnswer, refusalResponse, type StoredResponse } from "./idempotency.ts";
-import { RUN_ALONE, together } from "../store/write-batcher.ts";
+import { RUN_ALONE } from "../store/write-batcher.ts";
 
 /** An attendance record's status; a device capture makes only present or late. */
 export const RECORD_STATUSES = ["present", "late", "absent", "excused"] as const;
@@ -365,19 +366,17 @@ export type CaptureOutcome = { recordId: string; effect: "created" | "took_over"
 
 /**
  * Device captures (the card taps of one badge sync), in order, as a set, given the records they
- * touch, read and locked by the caller (findRecordsOf): one insert of the new records and one of
- * their events, sent together (pipelined on PostgreSQL) and returned unawaited as `written`, for the
- * caller to await with its own next statement (the taps), so all three are one round trip. Device captures
- * are authoritative: a record made another way (the API) is taken over, with a history entry
+ * touch, read and locked by the caller (recordsInWindow): the new records and their events are
+ * returned for the caller to insert with its taps (insertCaptures: one statement on PostgreSQL).
+ * Device captures are authoritative: a record made another way (the API) is taken over, with a history entry
  * whose actor is the device; a student already marked by a device (earlier, or by a capture
  * before this one in the set) keeps the first capture.
  */
 export async function captureFromDevices(
   trx: Transaction<Database>,
   captures: CaptureInput[],
-  found: readonly store.RecordOfPair[],
-): Promise<{ outcomes: CaptureOutcome[]; written: Promise<unknown> }> {
-  if (captures.length === 0) return { outcomes: [], written: Promise.resolve() };
+  found: readonly WindowRecord[],
+): Promise<{ outcomes: CaptureOutcome[]; records: RecordsTable[]; events: EventsTable[] }> {
   const pair = (sessionId: string, studentId: string) => `${sessionId} ${studentId}`;
   const known = new Map<string, { id: string; status: string; method: string }>();
   for (const row of found) known.set(pair(row.session_id, row.student_id), row);
@@ -424,8 +423,7 @@ export async function captureFromDevices(
       outcomes.push({ recordId: row.id, effect: "created" });
     }
   }
-  const written = records.length > 0 ? together(store.insertRecords(trx, records), writeEvents(trx, events)) : Promise.resolve();
-  return { outcomes, written };
+  return { outcomes, records, events };
 }
 
 const deviceActor = (device: CaptureInput["device"]): Actor => ({ type: "device", id: device.id, name: device.name });

@@ -8,11 +8,11 @@
 import type { Transaction } from "kysely";
 import type { BadgeStatus, OtaReport, Tap } from "../../firmware/index.ts";
 import { newId } from "../ids.ts";
-import { findEnrolments, findRecordsOf, findStudentsByCards } from "../store/attendance-store.ts";
+import { findStudentsByCards } from "../store/attendance-store.ts";
 import { recordSync } from "../store/devices-store.ts";
 import { insertReport, latestFetch, latestReport } from "../store/ota-store.ts";
-import type { Database, DeviceTapsTable } from "../store/schema.ts";
-import { findTaps, insertTaps, sessionsInRoom } from "../store/taps-store.ts";
+import type { Database, DeviceTapsTable, EventsTable, RecordsTable } from "../store/schema.ts";
+import { enrolmentsInWindow, findTaps, insertCaptures, recordsInWindow, sessionsInRoom, type TapWindow, type WindowRecord } from "../store/taps-store.ts";
 import { lockKeys, together, type WriteBatcher } from "../store/write-batcher.ts";
 import { captureFromDevices, type CaptureInput } from "./attendance.ts";
 import { deviceReportOf, type DevicePrincipal } from "./devices.ts";
@@ -57,21 +57,23 @@ function sessionFor(sessions: TimedSession[], at: number): TimedSession | undefi
 interface TapLookups {
   cards: Awaited<ReturnType<typeof findStudentsByCards>>["rows"];
   roomSessions: Session[];
+  enrolments: Awaited<ReturnType<typeof enrolmentsInWindow>>["rows"];
+  /** locked */
+  records: WindowRecord[];
 }
 
 /**
- * The verdicts of new taps (none stored before), judged as a set from the cards and the room's
- * sessions read with the stored taps (answerTaps), then one round trip for the enrolments and
- * the records the captures touch, read together (pipelined), then the captures, whose inserts
- * come back unawaited (`written`) to go out with the taps' insert.
+ * The verdicts of new taps (none stored before), judged as a set from the cards, the room's
+ * sessions, the enrolments and the records read with the stored taps (answerTaps), then the
+ * captures, whose records and events come back to be inserted with the taps.
  */
 async function judgeTaps(
   trx: Transaction<Database>,
   device: DevicePrincipal,
   taps: Tap[],
   verdicts: (TapVerdict | undefined)[],
-  { cards, roomSessions }: TapLookups,
-): Promise<{ verdicts: TapVerdict[]; written: Promise<unknown> }> {
+  { cards, roomSessions, enrolments, records }: TapLookups,
+): Promise<{ verdicts: TapVerdict[]; records: RecordsTable[]; events: EventsTable[] }> {
   const studentOf = new Map(cards.map((s) => [s.card_uid!, s]));
   const sessions = roomSessions.map((session) => ({ session, startsAt: Date.parse(session.starts_at), endsAt: Date.parse(session.ends_at) }));
   const matched = taps.map((tap, i) => {
@@ -94,18 +96,8 @@ async function judgeTaps(
     return { student, session, startsAt: timed.startsAt };
   });
   const candidates = matched.filter((m) => m !== undefined);
-  if (candidates.length === 0) return { verdicts: verdicts as TapVerdict[], written: Promise.resolve() };
-  const [enrolments, records] = await together(
-    findEnrolments(
-      trx,
-      device.livemode,
-      [...new Set(candidates.map((m) => m.session.course_code))],
-      [...new Set(candidates.map((m) => m.student.id))],
-    ),
-    // Those of candidates not enrolled too: a row read for nothing costs less than a round trip.
-    findRecordsOf(trx, candidates.map((m) => ({ sessionId: m.session.id, studentId: m.student.id }))),
-  );
-  const enrolled = new Set(enrolments.rows.map((row) => `${row.course_code} ${row.student_id}`));
+  if (candidates.length === 0) return { verdicts: verdicts as TapVerdict[], records: [], events: [] };
+  const enrolled = new Set(enrolments.map((row) => `${row.course_code} ${row.student_id}`));
   const captures: { index: number; input: CaptureInput }[] = [];
   matched.forEach((match, i) => {
     if (!match) return;
@@ -118,7 +110,7 @@ async function judgeTaps(
     const status = tap.at.getTime() <= startsAt + LATE_AFTER_MS ? "present" : "late";
     captures.push({ index: i, input: { device, session, student, status, at: tap.at } });
   });
-  const { outcomes, written } = await captureFromDevices(trx, captures.map((c) => c.input), records.rows);
+  const { outcomes, records: newRecords, events } = await captureFromDevices(trx, captures.map((c) => c.input), records);
   captures.forEach(({ index, input }, k) => {
     const { recordId, effect } = outcomes[k]!;
     verdicts[index] = {
@@ -129,7 +121,7 @@ async function judgeTaps(
       record_id: recordId,
     };
   });
-  return { verdicts: verdicts as TapVerdict[], written };
+  return { verdicts: verdicts as TapVerdict[], records: newRecords, events };
 }
 
 /** A tap stamped before the badge's clock was set, or too far ahead: its verdict without reading anything. */
@@ -143,9 +135,10 @@ function clockVerdict(tap: Tap, now: Date): TapVerdict | undefined {
 /**
  * Every tap's verdict: a tap stored before (a replay, or the same tap twice in this sync) keeps
  * the verdict it got; the new ones are judged as a set and stored in one insert. The stored
- * taps, the cards and the room's sessions are read in one round trip (pipelined on PostgreSQL),
- * those of every tap whose clock is plausible: the cards and sessions of a replayed tap are
- * read for nothing, which costs less than waiting for the stored taps first.
+ * taps, the cards, the room's sessions, the enrolments of the cards' students in the sessions'
+ * courses and their records in the sessions (locked) are read in one round trip (pipelined on
+ * PostgreSQL), those of every tap whose clock is plausible: what a replayed tap or one that
+ * matches no open session reads is read for nothing, which costs less than a round trip.
  */
 async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, taps: Tap[], now: Date): Promise<TapVerdict[]> {
   if (taps.length === 0) return [];
@@ -153,12 +146,18 @@ async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, t
   const tappedAts = taps.map((tap) => tap.at.toISOString());
   const timely = taps.filter((tap) => clockVerdict(tap, now) === undefined);
   const times = timely.map((t) => t.at.getTime());
-  const [found, cards, roomSessions] = await together(
-    findTaps(trx, device.id, taps.map((tap, i) => ({ cardUid: tap.cardUid, tappedAt: tappedAts[i]! }))),
-    timely.length === 0 ? Promise.resolve(undefined) : findStudentsByCards(trx, device.livemode, [...new Set(timely.map((t) => t.cardUid))]),
+  const window: TapWindow | undefined =
     timely.length === 0
-      ? Promise.resolve(undefined)
-      : sessionsInRoom(trx, device.livemode, device.room, new Date(Math.max(...times) + EARLY_TAP_MS).toISOString(), new Date(Math.min(...times)).toISOString()),
+      ? undefined
+      : { livemode: device.livemode, room: device.room, startsBy: new Date(Math.max(...times) + EARLY_TAP_MS).toISOString(), endsFrom: new Date(Math.min(...times)).toISOString() };
+  const cardUids = [...new Set(timely.map((t) => t.cardUid))];
+  const none = Promise.resolve(undefined);
+  const [found, cards, roomSessions, enrolments, roomRecords] = await together(
+    findTaps(trx, device.id, taps.map((tap, i) => ({ cardUid: tap.cardUid, tappedAt: tappedAts[i]! }))),
+    window === undefined ? none : findStudentsByCards(trx, device.livemode, cardUids),
+    window === undefined ? none : sessionsInRoom(trx, window),
+    window === undefined ? none : enrolmentsInWindow(trx, window, cardUids),
+    window === undefined ? none : recordsInWindow(trx, window, cardUids),
   );
   const stored = new Map<string, TapVerdict>();
   for (const { card_uid, tapped_at, ...verdict } of found.rows) stored.set(keyOf(card_uid, tapped_at), verdict);
@@ -170,7 +169,12 @@ async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, t
     firstOfKey.set(key, fresh.length);
     fresh.push(tap);
   });
-  const { verdicts, written } = await judgeTaps(trx, device, fresh, fresh.map((tap) => clockVerdict(tap, now)), { cards: cards?.rows ?? [], roomSessions: roomSessions?.rows ?? [] });
+  const { verdicts, records, events } = await judgeTaps(trx, device, fresh, fresh.map((tap) => clockVerdict(tap, now)), {
+    cards: cards?.rows ?? [],
+    roomSessions: roomSessions?.rows ?? [],
+    enrolments: enrolments?.rows ?? [],
+    records: roomRecords?.rows ?? [],
+  });
   if (fresh.length > 0) {
     const receivedAt = now.toISOString();
     const rows = fresh.map((tap, i) => {
@@ -189,10 +193,7 @@ async function answerTaps(trx: Transaction<Database>, device: DevicePrincipal, t
         record_id: verdict.record_id,
       };
     });
-    // With the captures' records and events: one round trip (pipelined on PostgreSQL).
-    await together(written, insertTaps(trx, rows));
-  } else {
-    await written;
+    await insertCaptures(trx, records, events, rows);
   }
   return taps.map((tap, i) => {
     const key = keyOf(tap.cardUid, tappedAts[i]!);

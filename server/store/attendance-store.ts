@@ -185,56 +185,6 @@ export const findStudentsByCards = compiledQuery((db: Db, livemode: Livemode, ca
     .where("card_uid", "in", cardUids),
 );
 
-/** Enrolments among the given courses and students: a superset the caller matches pair by pair. */
-export const findEnrolments = compiledQuery((db: Db, livemode: Livemode, courseCodes: string[], studentIds: string[]) =>
-  db
-    .selectFrom("enrollments")
-    .select(["course_code", "student_id"])
-    .where("livemode", "=", livemode)
-    .where("course_code", "in", courseCodes)
-    .where("student_id", "in", studentIds),
-);
-
-const recordsAmong = compiledQuery((db: Db, sessionIds: string[], studentIds: string[]) =>
-  db
-    .selectFrom("records")
-    .select(["id", "session_id", "student_id", "status", "method"])
-    .where("session_id", "in", sessionIds)
-    .where("student_id", "in", studentIds),
-);
-
-// One lookup of the unique key (session, student) per pair, whatever PostgreSQL's statistics
-// say: planned from statistics taken while `records` was small, `session_id IN (...) AND
-// student_id IN (...)` read every record of the session and filtered by student (1-9 ms a
-// sync, growing with the session). Rows are locked in the pairs' order, which the caller sorts.
-/** A record found by findRecordsOf. */
-export type RecordOfPair = Pick<RecordsTable, "id" | "session_id" | "student_id" | "status" | "method">;
-
-const recordsOfPairs = postgresStatement<RecordOfPair>(
-  `select r.id, r.session_id, r.student_id, r.status, r.method
-   from unnest($1::text[], $2::text[]) as wanted(session_id, student_id)
-   cross join lateral (
-     select id, session_id, student_id, status, method from records
-     where records.session_id = wanted.session_id and records.student_id = wanted.student_id
-     for update
-   ) as r`,
-);
-
-/**
- * The records of the given (session, student) pairs, locked until the transaction ends (as
- * findRecordForUpdate); on SQLite a superset (every session with every student), which the
- * caller matches pair by pair.
- */
-export async function findRecordsOf(db: Db, pairs: readonly { sessionId: string; studentId: string }[]) {
-  if (isPostgres(db)) {
-    const sorted = [...pairs].sort((a, b) => (a.sessionId === b.sessionId ? compareText(a.studentId, b.studentId) : compareText(a.sessionId, b.sessionId)));
-    return recordsOfPairs(db, [sorted.map((p) => p.sessionId), sorted.map((p) => p.studentId)]);
-  }
-  return recordsAmong(db, [...new Set(pairs.map((p) => p.sessionId))], [...new Set(pairs.map((p) => p.studentId))]);
-}
-
-const compareText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-
 export const insertRecords = rowsInsert("records", [
   "id",
   "livemode",

@@ -6,6 +6,7 @@
 import { type Expression, type Kysely, type Migration, type MigrationResultSet, Migrator, sql } from "kysely";
 import { isPostgres } from "./dialect.ts";
 import { createReleaseRollouts } from "./rollouts-migration.ts";
+import { dropSyncReferences } from "./sync-references-migration.ts";
 import { createWebhookModes } from "./webhook-modes-migration.ts";
 
 /**
@@ -457,6 +458,8 @@ const migrations: Record<string, Migration> = {
   },
   // Whether each mode has an enabled webhook endpoint (issue 27): webhook-modes-migration.ts says why.
   "0012_webhook_modes": { up: (db: Kysely<any>) => createWebhookModes(db) },
+  // The foreign keys of a sync's rows, which could never fail, dropped on PostgreSQL (issue 27): sync-references-migration.ts says why.
+  "0013_sync_references": { up: (db: Kysely<any>) => dropSyncReferences(db) },
 };
 
 /** Migrations the database has run that this code does not have: a newer badgebench wrote it. */

@@ -158,7 +158,7 @@ const insertEventsGuarded = postgresStatement(
  * transaction holds the one write lock, on PostgreSQL the mode's webhook_modes row is held shared
  * to the commit, which an endpoint's creation or enabling waits for (lockEndpointMode).
  */
-export async function insertEvents(db: Db, rows: EventsTable[]): Promise<void> {
+export async function insertEvents(db: Db, rows: readonly EventsTable[]): Promise<void> {
   if (rows.length === 0) return;
   if (isPostgres(db)) {
     const column = <K extends keyof EventsTable>(key: K) => rows.map((row) => row[key]);
