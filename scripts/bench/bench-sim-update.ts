@@ -17,8 +17,8 @@
 // bytes over the badge client alone"; the server's own work for the check and the report's sync
 // is in both). Each run, model or baseline, uses a fresh device; a warm-up run of each is not
 // counted.
-// 31 runs by default (15 before): on this shared 2-core machine the ratio of the medians of 15
-// went from 1.7x to 2.6x over six runs of the benchmark at a load average of 8 to 12.
+// 31 runs by default: on a busy 2-core machine the ratio of the medians of 15 moved by up to
+// 0.9x between runs of the benchmark.
 // Usage: npx tsx scripts/bench/bench-sim-update.ts [--runs 31] [--warmup 1] [--json]
 import { performance } from "node:perf_hooks";
 import { BadgeClient } from "../../badge-sim/network/badge-client.ts";

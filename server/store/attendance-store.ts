@@ -1,5 +1,5 @@
 import { CompiledQuery, sql } from "kysely";
-import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
+import { compiledQuery, everyColumnOf, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { forUpdate, isPostgres } from "./dialect.ts";
 import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 import { postgresEventGuard } from "./webhooks-store.ts";
@@ -185,7 +185,8 @@ export const findStudentsByCards = compiledQuery((db: Db, livemode: Livemode, ca
     .where("card_uid", "in", cardUids),
 );
 
-export const insertRecords = rowsInsert("records", [
+/** The records table's columns, in the order its inserts list them. */
+export const RECORD_COLUMNS = everyColumnOf<"records">()([
   "id",
   "livemode",
   "session_id",
@@ -199,6 +200,8 @@ export const insertRecords = rowsInsert("records", [
   "created_at",
   "updated_at",
 ]);
+
+export const insertRecords = rowsInsert("records", RECORD_COLUMNS);
 
 /** How many records were captured by `method` ("device" for a badge's tap), in both modes. */
 export async function countRecordsByMethod(db: Db, method: string): Promise<number> {

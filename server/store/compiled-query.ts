@@ -110,6 +110,16 @@ export function compiledQuery<Args extends unknown[], Row>(
   };
 }
 
+/** Every column of the table, so one added later cannot be left out of an insert unnoticed (a type error names it). */
+type EveryColumn<Table extends keyof Database, Columns extends readonly string[]> =
+  Exclude<keyof Database[Table], Columns[number]> extends never ? unknown : { missing: Exclude<keyof Database[Table], Columns[number]> };
+
+/** `columns` as given, checked to name every column of `table` (for an insert written as SQL, as rowsInsert checks its own). */
+export const everyColumnOf =
+  <Table extends keyof Database & string>() =>
+  <const Columns extends readonly (keyof Database[Table] & string)[]>(columns: Columns & EveryColumn<Table, Columns>): Columns =>
+    columns;
+
 /**
  * A multi-row insert of `columns` into `table`, its SQL compiled once per row count (and per
  * database). For the inserts of many rows on the hot paths (a badge sync inserts 30 records,
@@ -119,8 +129,7 @@ export function compiledQuery<Args extends unknown[], Row>(
  */
 export function rowsInsert<Table extends keyof Database & string, const Columns extends readonly (keyof Database[Table] & string)[]>(
   table: Table,
-  // Every column of the table, so one added later cannot be left out of the insert unnoticed.
-  columns: Columns & (Exclude<keyof Database[Table], Columns[number]> extends never ? unknown : { missing: Exclude<keyof Database[Table], Columns[number]> }),
+  columns: Columns & EveryColumn<Table, Columns>,
 ) {
   const templates = new WeakMap<object, Map<number, Omit<Template, "bindings">>>();
   return (db: Db, rows: readonly Database[Table][]): Promise<QueryResult<never>> => {

@@ -1,7 +1,7 @@
 // Transactions whose statements go out as soon as they are made. Kysely runs a transaction's
 // statements one at a time (each waits for the one before it to be answered), so the steps a
 // write sends together (`together` in write-batcher.ts: a badge sync's devices UPDATE beside its
-// reads, its records, events and taps inserts) cost a round trip each all the same. On
+// reads) cost a round trip each all the same. On
 // PostgreSQL the pool's connections run in pg's pipeline mode (database.ts), which writes a
 // statement as soon as it is made and hands the answers back in order: the write batcher's group
 // transactions run here, on a connection whose statements no Kysely queue makes wait for the

@@ -1,5 +1,5 @@
-import { insertRecords } from "./attendance-store.ts";
-import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
+import { insertRecords, RECORD_COLUMNS } from "./attendance-store.ts";
+import { compiledQuery, everyColumnOf, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
 import type { Db, DeviceTapsTable, EventsTable, Livemode, RecordsTable, TapResult } from "./schema.ts";
 import { insertEvents, postgresEventGuard } from "./webhooks-store.ts";
@@ -36,8 +36,7 @@ export async function findTaps(db: Db, deviceId: string, taps: readonly { cardUi
   return tapsAmong(db, deviceId, [...new Set(taps.map((t) => t.cardUid))], [...new Set(taps.map((t) => t.tappedAt))]);
 }
 
-const TAP_COLUMNS = ["id", "livemode", "device_id", "card_uid", "tapped_at", "received_at", "result", "reason", "session_id", "student_id", "record_id"] as const;
-const RECORD_COLUMNS = ["id", "livemode", "session_id", "student_id", "course_code", "status", "recorded_at", "method", "device_id", "reason", "created_at", "updated_at"] as const;
+const TAP_COLUMNS = everyColumnOf<"device_taps">()(["id", "livemode", "device_id", "card_uid", "tapped_at", "received_at", "result", "reason", "session_id", "student_id", "record_id"]);
 /** An event's columns but its payload, which goes apart (capturesInserted). */
 const EVENT_COLUMNS = ["id", "livemode", "type", "created_at"] as const;
 
@@ -158,7 +157,8 @@ const recordsOfPairs = postgresStatement<WindowRecord>(
 /**
  * The records of the students holding `cardUids` in the window's sessions, locked until the
  * transaction ends (as findRecordForUpdate): a superset of those a sync's captures touch, read
- * with the cards and sessions rather than after them (a round trip fewer).
+ * with the cards and sessions rather than after them (a round trip fewer), and locked all the
+ * same (services/badge-sync.ts answerTaps says what that costs a replay).
  */
 export async function recordsInWindow(db: Db, w: TapWindow, cardUids: string[]) {
   if (isPostgres(db)) return recordsOfPairs(db, [w.livemode, w.room, w.startsBy, w.endsFrom, cardUids]);
