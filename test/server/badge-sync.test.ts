@@ -244,3 +244,26 @@ describe("the taps of one sync are judged as a set", () => {
     expect(taps[1]!.record_id).toBe(taps[0]!.record_id);
   });
 });
+
+// A sync's events go to PostgreSQL as one JSON array parameter (store/taps-store.ts), each
+// element handed back as written; on SQLite one insert per event. Text a school may hold:
+// quotes, a backslash, a tab, a line separator, accents and an emoji.
+describe("an event of a capture whose student's name holds JSON's special characters", () => {
+  let own: BadgeHarness;
+  beforeAll(async () => {
+    own = await startBadgeHarness();
+  });
+  afterAll(() => own.close());
+
+  it("carries the record exactly as the API shows it", async () => {
+    const name = 'Zoë "Z" O\'Brien \\ back\tslash \u2028 😀';
+    await own.server.store.db.updateTable("students").set({ name }).where("card_uid", "=", own.cards[0]!).execute();
+    const answer = await own.sync(own.devices.r1.token, lines(...status(), tap(1, own.cards[0]!, minutesAfter(own.sessions.mathStartsAt, 1))));
+    expect(answer.all("A")).toEqual(["1"]);
+    const list = await own.api(`/v1/attendance?session_id=${own.sessions.mathOpen}&external_id=S1&from=2000-01-01&to=2100-01-01`, own.keys.read);
+    const record = (await own.api(`/v1/attendance/${list.body.data[0].id}`, own.keys.read)).body;
+    expect(record.student.name).toBe(name);
+    const events = await own.server.store.db.selectFrom("events").select("payload").where("type", "=", "attendance.recorded").execute();
+    expect(events.map((e) => JSON.parse(e.payload).data.object)).toEqual([record]);
+  });
+});
