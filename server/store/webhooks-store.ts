@@ -182,8 +182,11 @@ const undispatched = compiledQuery((db: Db, limit: number) =>
   db.selectFrom("events").select(["id", "livemode", "type", "created_at"]).where("dispatched_at", "is", null).orderBy("id").limit(limit),
 );
 
+/** An event no worker has fanned out yet. */
+export type UndispatchedEvent = Pick<EventsTable, "id" | "livemode" | "type" | "created_at">;
+
 /** Events no worker has fanned out yet, oldest first. */
-export async function undispatchedEvents(db: Db, limit: number) {
+export async function undispatchedEvents(db: Db, limit: number): Promise<UndispatchedEvent[]> {
   return (await undispatched(db, limit)).rows;
 }
 

@@ -162,11 +162,17 @@ export class DeliveryWorker {
       const now = new Date();
       if (finished.length > 0) await this.#record(trx, finished, now, disabledModes);
       if (!claiming) return { moreToFanOut: false, claimed: [] };
-      const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
       const batch = Math.min(FAN_OUT_BATCH, limit);
+      // The events first, then the endpoints: on PostgreSQL each statement reads what was
+      // committed when it began, and an event waiting for an endpoint was committed after that
+      // endpoint (its insert waits on the mode's row, which the endpoint's creation holds). Read
+      // the other way round, an endpoint and an event both committed between the two reads: the
+      // event was fanned out without the endpoint and never reached it.
+      const events = await store.undispatchedEvents(trx, batch);
+      const endpoints = (await store.enabledEndpoints(trx)).map((e) => ({ ...e, enabled_events: JSON.parse(e.enabled_events) as string[] }));
+      await this.#fanOut(trx, now, events, endpoints);
       // A full batch means more events may be waiting.
-      const moreToFanOut = (await this.#fanOut(trx, now, endpoints, batch)) === batch;
-      return { moreToFanOut, claimed: await this.#claim(trx, now, endpoints, limit) };
+      return { moreToFanOut: events.length === batch, claimed: await this.#claim(trx, now, endpoints, limit) };
     });
     for (const { delivery } of result.claimed) {
       this.#inFlight++;
@@ -195,9 +201,8 @@ export class DeliveryWorker {
     }
   }
 
-  async #fanOut(trx: Transaction<Database>, now: Date, endpoints: EnabledEndpoint[], batch: number): Promise<number> {
-    const events = await store.undispatchedEvents(trx, batch);
-    if (events.length === 0) return 0;
+  async #fanOut(trx: Transaction<Database>, now: Date, events: store.UndispatchedEvent[], endpoints: EnabledEndpoint[]): Promise<void> {
+    if (events.length === 0) return;
     const at = now.toISOString();
     const rows = [];
     for (const event of events) {
@@ -210,7 +215,6 @@ export class DeliveryWorker {
     }
     await store.insertDeliveries(trx, rows);
     await store.markDispatched(trx, events.map((e) => e.id), at);
-    return events.length;
   }
 
   // Endpoint by endpoint, each up to its free slots, through an index on (endpoint, due time):

@@ -3,12 +3,16 @@
 // enabled endpoint, and an endpoint created on another instance at the same moment still gets
 // every event written from its enabled_at on. Two stores on one database stand for two instances.
 import { sql, type Kysely, type Transaction } from "kysely";
-import { afterEach, describe, expect, it, onTestFinished } from "vitest";
+import pino from "pino";
+import { afterEach, describe, expect, it, onTestFinished, vi } from "vitest";
 import { newId } from "../../server/ids.ts";
 import { createEndpoint } from "../../server/services/webhook-endpoints.ts";
 import { openStore } from "../../server/store/database.ts";
 import type { Database, EventsTable } from "../../server/store/schema.ts";
 import { insertEvents } from "../../server/store/webhooks-store.ts";
+import { DeliveryWorker } from "../../server/webhooks/delivery-worker.ts";
+import { resolveWebhookConfig } from "../../server/webhooks/webhook-config.ts";
+import { WebhookSender } from "../../server/webhooks/webhook-sender.ts";
 import { killLeftoverServers, tempDirs } from "./cli-process.ts";
 import { createPostgresDatabase } from "./test-database.ts";
 
@@ -94,5 +98,36 @@ describe("events and an endpoint created at the same moment on two instances", (
     expect([await dispatchedAt(a, early.id), await dispatchedAt(a, late.id)]).toEqual([early.created_at, late.created_at]);
     // Both committed before the endpoint existed, and were created no later than its enabled_at.
     expect(late.created_at <= enabled_at).toBe(true);
+  });
+});
+
+describe("the delivery worker's tick", () => {
+  it("fans an event out to the endpoint committed before it, though both committed while the tick was reading", async () => {
+    const [a, b] = await twoInstances();
+    // The tick's read of the events waits behind this transaction's lock on the table; meanwhile
+    // an endpoint is created, then an event written for it, and both commit before that read goes on.
+    const holding = openTransaction(b, async (trx) => {
+      await sql`lock table events in access exclusive mode`.execute(trx);
+      return trx;
+    });
+    const trx = await holding.result;
+    const config = resolveWebhookConfig({ pollMs: 50, timeoutMs: 2000, leaseMs: 5000, localTestTargets: true });
+    const sender = new WebhookSender({ resolve: config.resolve, timeoutMs: config.timeoutMs, maxSocketsPerOrigin: config.perEndpointConcurrency });
+    const worker = new DeliveryWorker({ db: a, sender, config, logger: pino({ level: "silent" }) });
+    worker.start();
+    try {
+      await someoneWaitsForALock(a);
+      const created = await b.transaction().execute((t) => createEndpoint(t, 0, { url: "http://127.0.0.1:9/hooks", enabled_events: ["*"] }));
+      const endpoint = created.body as { id: string };
+      const event = testEvent();
+      await insertEvents(trx, [event]);
+      holding.finish();
+      await holding.committed;
+      await vi.waitFor(async () => expect(await dispatchedAt(a, event.id)).not.toBeNull(), { timeout: 10_000, interval: 20 });
+      const deliveries = await a.selectFrom("webhook_deliveries").select("endpoint_id").where("event_id", "=", event.id).execute();
+      expect(deliveries.map((delivery) => delivery.endpoint_id)).toEqual([endpoint.id]);
+    } finally {
+      await worker.stop();
+    }
   });
 });
