@@ -1,5 +1,5 @@
 import { CompiledQuery, sql } from "kysely";
-import { compiledQuery, everyColumnOf, postgresStatement, rowsInsert } from "./compiled-query.ts";
+import { columnArrays, compiledQuery, everyColumnOf, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { forUpdate, isPostgres } from "./dialect.ts";
 import type { Db, EventsTable, HistoryTable, Livemode, RecordsTable } from "./schema.ts";
 import { postgresEventGuard } from "./webhooks-store.ts";
@@ -347,12 +347,11 @@ const recordsAnswered = postgresStatement<{ id: string }>(
  * record only if that record was inserted), in one statement; returns the ids inserted.
  */
 export async function insertRecordsAnswering(db: Db, records: readonly RecordsTable[], events: readonly EventsTable[], answers: readonly KeyAnswer[]): Promise<Set<string>> {
-  const column = <T, K extends keyof T>(rows: readonly T[], key: K) => rows.map((row) => row[key]);
   const { rows } = await recordsAnswered(db, [
-    ...(["id", "livemode", "session_id", "student_id", "course_code", "status", "recorded_at", "method", "device_id", "reason", "created_at", "updated_at"] as const).map((key) => column(records, key)),
-    ...(["id", "livemode", "type", "created_at", "payload"] as const).map((key) => column(events, key)),
+    ...columnArrays(records, RECORD_COLUMNS),
+    ...columnArrays(events, ["id", "livemode", "type", "created_at", "payload"]),
     records.map((record) => record.id),
-    ...(["livemode", "apiKeyId", "key", "fingerprint", "statusCode", "responseBody", "withheld", "recordId"] as const).map((key) => column(answers, key)),
+    ...columnArrays(answers, ["livemode", "apiKeyId", "key", "fingerprint", "statusCode", "responseBody", "withheld", "recordId"]),
     new Date().toISOString(),
   ]);
   return new Set(rows.map((row) => row.id));

@@ -150,6 +150,10 @@ export function rowsInsert<Table extends keyof Database & string, const Columns 
   };
 }
 
+/** A PostgreSQL statement's array parameters for `rows`: one array per column, in the order of `columns` (undefined as null). */
+export const columnArrays = <Row>(rows: readonly Row[], columns: readonly (keyof Row)[]): unknown[][] =>
+  columns.map((column) => rows.map((row) => row[column] ?? null));
+
 /**
  * A PostgreSQL statement written as SQL (for what Kysely has no builder for: `unnest` of array
  * parameters, a LATERAL lookup per key), run as a named prepared statement. Its lists are array

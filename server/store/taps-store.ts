@@ -1,5 +1,5 @@
 import { insertRecords, RECORD_COLUMNS } from "./attendance-store.ts";
-import { compiledQuery, everyColumnOf, postgresStatement, rowsInsert } from "./compiled-query.ts";
+import { columnArrays, compiledQuery, everyColumnOf, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
 import type { Db, DeviceTapsTable, EventsTable, Livemode, RecordsTable, TapResult } from "./schema.ts";
 import { insertEvents, postgresEventGuard } from "./webhooks-store.ts";
@@ -73,9 +73,8 @@ const capturesInserted = postgresStatement(
  */
 export async function insertCaptures(db: Db, records: readonly RecordsTable[], events: readonly EventsTable[], taps: readonly DeviceTapsTable[]): Promise<void> {
   if (isPostgres(db)) {
-    const columnsOf = <Row>(rows: readonly Row[], columns: readonly (keyof Row)[]) => columns.map((column) => rows.map((row) => row[column] ?? null));
     const payloads = `[${events.map((event) => event.payload).join(",")}]`;
-    await capturesInserted(db, [...columnsOf(records, RECORD_COLUMNS), ...columnsOf(events, EVENT_COLUMNS), payloads, ...columnsOf(taps, TAP_COLUMNS)]);
+    await capturesInserted(db, [...columnArrays(records, RECORD_COLUMNS), ...columnArrays(events, EVENT_COLUMNS), payloads, ...columnArrays(taps, TAP_COLUMNS)]);
     return;
   }
   if (records.length > 0) {

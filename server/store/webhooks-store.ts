@@ -3,7 +3,7 @@
 // other writer can interleave with; on PostgreSQL (several instances) the SELECT is
 // `FOR UPDATE SKIP LOCKED`, so a delivery another worker is claiming is passed over.
 import { sql } from "kysely";
-import { compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
+import { columnArrays, compiledQuery, postgresStatement, rowsInsert } from "./compiled-query.ts";
 import { isPostgres } from "./dialect.ts";
 import type {
   Db,
@@ -161,8 +161,7 @@ const insertEventsGuarded = postgresStatement(
 export async function insertEvents(db: Db, rows: readonly EventsTable[]): Promise<void> {
   if (rows.length === 0) return;
   if (isPostgres(db)) {
-    const column = <K extends keyof EventsTable>(key: K) => rows.map((row) => row[key]);
-    await insertEventsGuarded(db, [column("id"), column("livemode"), column("type"), column("created_at"), column("payload")]);
+    await insertEventsGuarded(db, columnArrays(rows, ["id", "livemode", "type", "created_at", "payload"]));
     return;
   }
   const noEndpoint = new Set<Livemode>();
