@@ -172,14 +172,15 @@ export class Flash {
   /**
    * NVS commits replace the region at once (ESP-IDF's NVS discards a torn entry on the next
    * mount): these entries' texts, which the flash keeps as given (strings do not change in place;
-   * the caller hands over an array it no longer changes), `bytes` long in UTF-8 all together.
+   * the caller hands over an array it no longer changes). `written`: the bytes the commit wrote,
+   * the changed entry's text in UTF-8 (ESP-IDF's NVS appends the entry it changes), as logged.
    */
-  commitNvs(entries: readonly string[], bytes: number): void {
+  commitNvs(entries: readonly string[], written: number): void {
     this.#battery.requirePower(WRITING.nvs);
     this.#nvs = entries;
     this.#nvsCommits += 1;
     this.#clock.advance(this.#timing.nvsCommitMs);
-    this.#record("nvs", "write", 0, bytes);
+    this.#record("nvs", "write", 0, written);
   }
 
   /**

@@ -22,10 +22,6 @@ interface Decoded {
   entries: Map<string, string>;
   /** each entry's text in the region */
   texts: Map<string, string>;
-  /** each entry's text's bytes in UTF-8 (not counted again when a checkpoint replaces it) */
-  sizes: Map<string, number>;
-  /** the region's bytes: every entry's text in UTF-8 */
-  bytes: number;
 }
 
 export class Nvs {
@@ -45,15 +41,13 @@ export class Nvs {
       throw new RangeError(`NVS key ${JSON.stringify(key)} must be 1 to ${MAX_KEY_LENGTH} characters, none of them NUL`);
     }
     const entry = `${key}${KEY_END}${value}`;
-    const size = Buffer.byteLength(entry);
     const decoded = this.#read();
     const texts: string[] = [];
     decoded.texts.forEach((text, other) => texts.push(other === key ? entry : text));
     if (!decoded.texts.has(key)) texts.push(entry);
-    this.#commit(texts, decoded.bytes - (decoded.sizes.get(key) ?? 0) + size);
+    this.#commit(texts, Buffer.byteLength(entry));
     decoded.entries.set(key, value);
     decoded.texts.set(key, entry);
-    decoded.sizes.set(key, size);
   }
 
   delete(key: string): void {
@@ -63,10 +57,9 @@ export class Nvs {
     decoded.texts.forEach((text, other) => {
       if (other !== key) texts.push(text);
     });
-    this.#commit(texts, decoded.bytes - decoded.sizes.get(key)!);
+    this.#commit(texts, 0);
     decoded.entries.delete(key);
     decoded.texts.delete(key);
-    decoded.sizes.delete(key);
   }
 
   /** The entries as committed, as a map of the caller's own. */
@@ -79,22 +72,18 @@ export class Nvs {
     if (this.#decoded?.commits !== commits) {
       const texts = this.#flash.nvs;
       const list = texts.map((text): [string, string] => [text.slice(0, text.indexOf(KEY_END)), text.slice(text.indexOf(KEY_END) + 1)]);
-      const sizes = new Map(list.map(([key], i) => [key, Buffer.byteLength(texts[i]!)]));
-      const bytes = [...sizes.values()].reduce((sum, size) => sum + size, 0);
-      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])), sizes, bytes };
+      this.#decoded = { commits, entries: new Map(list), texts: new Map(list.map(([key], i) => [key, texts[i]!])) };
     }
     return this.#decoded;
   }
 
   /**
-   * Commits the region made of these entries, `bytes` long (kept as entries change, not counted
-   * again over every entry at each of a download's 60 checkpoint commits). A commit without power throws
-   * before it changes anything; once it returns, the decoded entries (changed by the caller to
-   * match) are those of the region now committed.
+   * Commits the region made of these entries, the changed one's text `written` bytes long (0 for
+   * a delete). A commit without power throws before it changes anything; once it returns, the
+   * decoded entries (changed by the caller to match) are those of the region now committed.
    */
-  #commit(texts: string[], bytes: number): void {
-    this.#flash.commitNvs(texts, bytes);
+  #commit(texts: string[], written: number): void {
+    this.#flash.commitNvs(texts, written);
     this.#decoded!.commits = this.#flash.nvsCommits;
-    this.#decoded!.bytes = bytes;
   }
 }
