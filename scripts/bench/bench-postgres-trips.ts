@@ -38,19 +38,28 @@ interface Trips {
   cpu_us_in_flight_20: number;
 }
 
-/** Runs `count` requests made by `send(i)`, `concurrency` at a time; statements and CPU per request. */
-async function measure(count: number, concurrency: number, send: (i: number) => Promise<void>) {
+type Measured = { statements: number; trips: number; cpuUs: number };
+
+/** The statements, round trips and CPU per request of `count` requests that `run` makes. */
+async function counted(count: number, run: () => Promise<unknown>): Promise<Measured> {
   const queries = postgresQueriesSent();
   const writes = postgresWritesSent();
   const cpu = process.cpuUsage();
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < count) await send(next++);
-    }),
-  );
+  await run();
   const used = process.cpuUsage(cpu);
   return { statements: (postgresQueriesSent() - queries) / count, trips: (postgresWritesSent() - writes) / count, cpuUs: (used.user + used.system) / count };
+}
+
+/** Runs `count` requests made by `send(i)`, `concurrency` at a time; statements and CPU per request. */
+function measure(count: number, concurrency: number, send: (i: number) => Promise<void>): Promise<Measured> {
+  let next = 0;
+  return counted(count, () =>
+    Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < count) await send(next++);
+      }),
+    ),
+  );
 }
 
 function request(agent: http.Agent, url: URL, headers: Record<string, string>, body: string): Promise<void> {
@@ -97,15 +106,7 @@ async function main(): Promise<void> {
         const syncRooms = bench.rooms.map((room) => ({ ...room, cards: room.cards.slice(createsPerRoom) }));
         const syncs = planRequests(syncRooms, bench.devices, TAPS_PER_SYNC);
         const syncUrl = new URL(BADGE_PATHS.sync, server.url);
-        const syncTrips = async (concurrency: number, part: typeof syncs) => {
-          const queries = postgresQueriesSent();
-          const writes = postgresWritesSent();
-          const cpu = process.cpuUsage();
-          await runPhase(agent, syncUrl, part, concurrency);
-          const used = process.cpuUsage(cpu);
-          return { statements: (postgresQueriesSent() - queries) / part.length, trips: (postgresWritesSent() - writes) / part.length, cpuUs: (used.user + used.system) / part.length };
-        };
-        type Measured = { statements: number; trips: number; cpuUs: number };
+        const syncTrips = (concurrency: number, part: typeof syncs) => counted(part.length, () => runPhase(agent, syncUrl, part, concurrency));
         const of = (one: Measured, many: Measured): Trips => ({
           one_at_a_time: round(one.statements, 2),
           in_flight_20: round(many.statements, 2),
@@ -117,7 +118,7 @@ async function main(): Promise<void> {
         const result = {
           check: of(await measure(count, 1, check), await measure(count, IN_FLIGHT, check)),
           create: of(await measure(count / 2, 1, create), await measure(count / 2, IN_FLIGHT, create)),
-          sync_30_taps: of(await syncTrips(1, syncs.slice(0, 4 * rooms)), await syncTrips(4, syncs.slice(4 * rooms))),
+          sync_30_taps: of(await syncTrips(1, syncs.slice(0, 4 * rooms)), await syncTrips(rooms, syncs.slice(4 * rooms))),
         };
         return { figure: "postgres-trips" as const, machine: machine(loadBefore), requests: count, ...result, command: commandLine("bench-postgres-trips.ts") };
       } finally {
